@@ -1,0 +1,1 @@
+"""The robot contract shared by simulated and real robot nodes."""

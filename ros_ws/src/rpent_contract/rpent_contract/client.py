@@ -1,0 +1,156 @@
+"""RobotClient: the robot contract as plain blocking Python calls.
+
+Hides action-client boilerplate (like nav2_simple_commander): every call is bounded by
+a timeout and raises :class:`ContractTimeout` with a hint when the robot does not answer.
+
+    client = RobotClient(namespace="robot1")
+    client.wait_ready(30)
+    status, result = client.move_to([0.4, 0.0, 0.3])
+"""
+from __future__ import annotations
+
+import threading
+import uuid
+from typing import Callable, Optional, Sequence
+
+import numpy as np
+import rclpy
+from action_msgs.msg import GoalStatus
+from rclpy.action import ActionClient
+from rclpy.executors import MultiThreadedExecutor
+from std_srvs.srv import Trigger
+
+from rpent_interfaces.action import ExecuteChunk, GripperCommand, MoveTo
+from rpent_interfaces.srv import GetObjectPoses, GetRobotInfo, ResetEpisode
+
+from .control_space import array_to_chunk
+from .geometry import pose_from_msg, pose_to_msg
+from .robot_node import OBJECT_POSES_SERVICE
+
+STATUS_NAMES = {
+    GoalStatus.STATUS_SUCCEEDED: "succeeded", GoalStatus.STATUS_ABORTED: "aborted",
+    GoalStatus.STATUS_CANCELED: "canceled", GoalStatus.STATUS_UNKNOWN: "unknown",
+}
+
+
+class ContractTimeout(TimeoutError):
+    """The robot did not answer in time."""
+
+
+def wait_future(future, timeout: float, what: str):
+    done = threading.Event()
+    future.add_done_callback(lambda _f: done.set())
+    if not done.wait(timeout):
+        raise ContractTimeout(
+            f"{what} got no answer within {timeout:g} s; check that the robot node is running "
+            "in this ROS domain and namespace (ros2 node list)")
+    return future.result()
+
+
+class GoalRun:
+    """A sent goal: wait for its result or cancel it."""
+
+    def __init__(self, client: "RobotClient", handle, what: str):
+        self._client, self.handle, self._what = client, handle, what
+        self._result_future = handle.get_result_async()
+
+    def result(self, timeout: float):
+        response = wait_future(self._result_future, timeout, f"{self._what} result")
+        return response.status, response.result
+
+    def cancel(self, timeout: float = 5.0):
+        return wait_future(self.handle.cancel_goal_async(), timeout, f"{self._what} cancel")
+
+
+class RobotClient:
+    """Blocking client of one robot (optionally namespaced); spins its own node."""
+
+    def __init__(self, namespace: str = "", node_name: Optional[str] = None, context=None):
+        self.node = rclpy.create_node(
+            node_name or f"rpent_robot_client_{uuid.uuid4().hex[:8]}", namespace=namespace,
+            context=context)
+        self._executor = MultiThreadedExecutor(num_threads=2, context=context)
+        self._executor.add_node(self.node)
+        self._spin = threading.Thread(target=self._executor.spin, daemon=True)
+        self._spin.start()
+        n = self.node
+        self._actions = {
+            "execute_chunk": ActionClient(n, ExecuteChunk, "execute_chunk"),
+            "move_to": ActionClient(n, MoveTo, "move_to"),
+            "gripper_command": ActionClient(n, GripperCommand, "gripper_command"),
+        }
+        self._reset = n.create_client(ResetEpisode, "reset")
+        self._info = n.create_client(GetRobotInfo, "get_robot_info")
+        self._stop = n.create_client(Trigger, "stop")
+        self._poses = n.create_client(GetObjectPoses, OBJECT_POSES_SERVICE)
+
+    # --- life cycle ----------------------------------------------------------------------
+    def wait_ready(self, timeout: float) -> GetRobotInfo.Response:
+        """Wait until every contract endpoint is up; return the robot's description."""
+        deadline = self.node.get_clock().now().nanoseconds + int(timeout * 1e9)
+        remaining = lambda: max(0.1, (deadline - self.node.get_clock().now().nanoseconds) / 1e9)  # noqa: E731
+        for name, client in (("get_robot_info", self._info), ("reset", self._reset),
+                             ("stop", self._stop)):
+            if not client.wait_for_service(timeout_sec=remaining()):
+                raise ContractTimeout(f"service '{name}' not available after {timeout:g} s")
+        for name, client in self._actions.items():
+            if not client.wait_for_server(timeout_sec=remaining()):
+                raise ContractTimeout(f"action '{name}' not available after {timeout:g} s")
+        return self.info(timeout=remaining())
+
+    def close(self) -> None:
+        self._executor.shutdown()
+        self.node.destroy_node()
+
+    # --- services ------------------------------------------------------------------------
+    def _call(self, client, request, timeout: float, what: str):
+        if not client.wait_for_service(timeout_sec=timeout):
+            raise ContractTimeout(f"service '{what}' not available after {timeout:g} s")
+        return wait_future(client.call_async(request), timeout, what)
+
+    def info(self, timeout: float = 10.0) -> GetRobotInfo.Response:
+        return self._call(self._info, GetRobotInfo.Request(), timeout, "get_robot_info")
+
+    def reset(self, suite: str = "", task_id: int = -1, seed: int = -1,
+              init_state_index: int = -1, timeout: float = 60.0) -> ResetEpisode.Response:
+        request = ResetEpisode.Request(suite=suite, task_id=task_id, seed=seed,
+                                       init_state_index=init_state_index)
+        return self._call(self._reset, request, timeout, "reset")
+
+    def stop(self, timeout: float = 5.0) -> Trigger.Response:
+        return self._call(self._stop, Trigger.Request(), timeout, "stop")
+
+    def object_poses(self, timeout: float = 10.0) -> dict:
+        """Sim only: name -> (position, quaternion xyzw) in the base frame."""
+        response = self._call(self._poses, GetObjectPoses.Request(), timeout, OBJECT_POSES_SERVICE)
+        return {name: pose_from_msg(p.pose) for name, p in zip(response.names, response.poses)}
+
+    # --- actions -------------------------------------------------------------------------
+    def send(self, action: str, goal, feedback: Optional[Callable] = None,
+             timeout: float = 10.0) -> GoalRun:
+        client = self._actions[action]
+        if not client.wait_for_server(timeout_sec=timeout):
+            raise ContractTimeout(f"action '{action}' not available after {timeout:g} s")
+        handle = wait_future(client.send_goal_async(goal, feedback_callback=feedback), timeout,
+                             f"{action} goal")
+        if not handle.accepted:
+            raise RuntimeError(f"{action} goal was rejected by the server")
+        return GoalRun(self, handle, action)
+
+    def execute_chunk(self, actions: np.ndarray, control_space: str, stop_on_success=False,
+                      feedback=None, timeout: float = 120.0):
+        goal = ExecuteChunk.Goal(stop_on_success=stop_on_success)
+        array_to_chunk(np.asarray(actions, dtype=np.float64), control_space, goal.chunk)
+        return self.send("execute_chunk", goal, feedback).result(timeout)
+
+    def move_to(self, position: Sequence[float], orientation: Optional[Sequence[float]] = None,
+                feedback=None, timeout: float = 120.0, **options):
+        """Move to a base-frame position (and orientation xyzw, else position only)."""
+        goal = MoveTo.Goal(position_only=orientation is None, **options)
+        pose_to_msg(position, orientation if orientation is not None else (0, 0, 0, 1),
+                    goal.target.pose)
+        return self.send("move_to", goal, feedback).result(timeout)
+
+    def gripper(self, width: float, max_effort: float = 0.0, timeout: float = 60.0):
+        goal = GripperCommand.Goal(position=float(width), max_effort=float(max_effort))
+        return self.send("gripper_command", goal).result(timeout)

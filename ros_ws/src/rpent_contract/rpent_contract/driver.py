@@ -1,0 +1,173 @@
+"""The embodiment behind a robot node: a plain-Python interface, no rclpy.
+
+:class:`~rpent_contract.robot_node.RobotContractNode` does the ROS side (parameters,
+topics, actions, validation, one-motion-at-a-time); a driver only moves a robot and
+reports its state. Drivers are called from the node's executor threads, one motion at
+a time; a driver whose library is thread-bound (an EGL context, a serial port) owns a
+worker thread and hands calls to it.
+"""
+from __future__ import annotations
+
+import threading
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from typing import Callable, Optional, Sequence
+
+import numpy as np
+
+from .control_space import ControlSpaceSpec
+
+
+@dataclass
+class CameraImage:
+    """One upright RGB frame with pinhole intrinsics in pixels."""
+
+    rgb: np.ndarray
+    fx: float
+    fy: float
+    cx: float
+    cy: float
+
+
+@dataclass
+class TaskInfo:
+    instruction: str = ""
+    suite: str = ""
+    task_name: str = ""
+    task_id: int = -1
+    episode_id: str = ""
+    max_steps: int = 0
+    success: bool = False
+    native_success: bool = False  # whether ``success`` comes from the simulator's own check
+    done: bool = False
+
+
+@dataclass
+class RobotSnapshot:
+    """State of the robot at one instant, in SI units and the base frame."""
+
+    joint_names: Sequence[str]
+    joint_positions: np.ndarray
+    ee_position: np.ndarray
+    ee_orientation: np.ndarray  # x, y, z, w
+    gripper_width: float
+    episode_step: int = 0
+    joint_velocities: Optional[np.ndarray] = None
+    errors: Sequence[str] = ()
+    images: dict = field(default_factory=dict)  # camera name -> CameraImage
+    task: TaskInfo = field(default_factory=TaskInfo)
+
+
+@dataclass
+class RobotDescription:
+    embodiment: str
+    simulated: bool
+    joint_names: Sequence[str]
+    camera_names: Sequence[str]
+    control_spaces: Sequence[ControlSpaceSpec]
+    control_rate: float  # Hz
+    gripper_max_width: float  # m
+    max_chunk_steps: int = 1000
+    sim_services: Sequence[str] = ()
+
+
+class Motion:
+    """What a running motion needs from the node: whether to stop, and where to report."""
+
+    def __init__(self, feedback: Callable[[RobotSnapshot, int], None] = lambda s, i: None):
+        self._stop = threading.Event()
+        self.reason = ""
+        self._feedback = feedback
+
+    def stop(self, reason: str) -> None:
+        if not self._stop.is_set():
+            self.reason = reason
+            self._stop.set()
+
+    @property
+    def stopped(self) -> bool:
+        return self._stop.is_set()
+
+    def feedback(self, snapshot: RobotSnapshot, step: int) -> None:
+        self._feedback(snapshot, step)
+
+
+@dataclass
+class ChunkOutcome:
+    steps_executed: int
+    snapshot: RobotSnapshot
+    stopped_on_success: bool = False
+    episode_end: bool = False
+    fault: str = ""
+
+
+@dataclass
+class MoveOutcome:
+    reached: bool
+    snapshot: RobotSnapshot
+    position_error: float
+    orientation_error: float
+    steps: int
+    message: str = ""
+
+
+@dataclass
+class GripperOutcome:
+    width: float
+    reached: bool
+    stalled: bool
+    snapshot: RobotSnapshot
+    effort: float = 0.0
+    message: str = ""
+
+
+@dataclass
+class ResetRequest:
+    suite: str = ""
+    task_id: int = -1
+    seed: int = -1
+    init_state_index: int = -1
+
+
+class RobotDriver(ABC):
+    """One embodiment. Raise ``ValueError`` for requests it cannot honour (nothing moves)."""
+
+    @property
+    @abstractmethod
+    def description(self) -> RobotDescription: ...
+
+    @abstractmethod
+    def snapshot(self) -> RobotSnapshot:
+        """The latest state (cheap: may be cached from the last control step)."""
+
+    @abstractmethod
+    def execute_chunk(self, space: ControlSpaceSpec, actions: np.ndarray, motion: Motion,
+                      stop_on_success: bool) -> ChunkOutcome:
+        """Run validated rows at the control rate; check ``motion.stopped`` every step."""
+
+    @abstractmethod
+    def move_to(self, position: np.ndarray, orientation: np.ndarray, *, position_only: bool,
+                max_translation_step: float, max_rotation_step: float,
+                position_tolerance: float, orientation_tolerance: float, max_steps: int,
+                motion: Motion) -> MoveOutcome: ...
+
+    @abstractmethod
+    def gripper(self, width: float, max_effort: float, motion: Motion) -> GripperOutcome: ...
+
+    @abstractmethod
+    def hold(self) -> None:
+        """Halt now and hold the current position."""
+
+    @abstractmethod
+    def reset(self, request: ResetRequest) -> RobotSnapshot: ...
+
+    def state_in_space(self, space_name: str) -> Optional[np.ndarray]:
+        """Current state in an absolute control space's columns (anchors its step limits)."""
+        return None
+
+    def object_poses(self) -> dict:
+        """Sim only: name -> (position, quaternion xyzw) in the base frame."""
+        raise NotImplementedError("this robot has no privileged object poses (real hardware)")
+
+    def close(self) -> None:
+        """Release the robot / simulator."""

@@ -1,0 +1,134 @@
+"""numpy <-> sensor_msgs Image / CompressedImage without cv_bridge.
+
+cv_bridge is not installable everywhere this runs (PyPI-wheel ROS), and the conversions
+the contract needs are small: rgb8, bgr8, mono8 and 16UC1, honouring each row's
+``step`` padding and the message's byte order, plus JPEG/PNG CompressedImage.
+"""
+from __future__ import annotations
+
+import sys
+
+import numpy as np
+
+# encoding -> (numpy dtype, channels)
+ENCODINGS = {
+    "rgb8": (np.uint8, 3),
+    "bgr8": (np.uint8, 3),
+    "rgba8": (np.uint8, 4),
+    "bgra8": (np.uint8, 4),
+    "mono8": (np.uint8, 1),
+    "8UC1": (np.uint8, 1),
+    "8UC3": (np.uint8, 3),
+    "mono16": (np.uint16, 1),
+    "16UC1": (np.uint16, 1),
+    "32FC1": (np.float32, 1),
+}
+
+
+class ImageConversionError(ValueError):
+    """The image cannot be converted; the message says what is wrong with it."""
+
+
+def _layout(encoding: str):
+    try:
+        return ENCODINGS[encoding]
+    except KeyError:
+        raise ImageConversionError(
+            f"unsupported image encoding '{encoding}'; supported: {', '.join(ENCODINGS)}"
+        ) from None
+
+
+def image_to_numpy(msg) -> np.ndarray:
+    """Return the pixels of a sensor_msgs/Image as an HxW (1 channel) or HxWxC array.
+
+    Row padding (``step`` larger than width * pixel size) is dropped and big-endian data
+    is converted to native order. The result never aliases the message buffer.
+    """
+    dtype, channels = _layout(msg.encoding)
+    dtype = np.dtype(dtype)
+    if msg.is_bigendian != (sys.byteorder == "big"):
+        dtype = dtype.newbyteorder()
+    row_bytes = msg.width * channels * dtype.itemsize
+    if msg.step < row_bytes:
+        raise ImageConversionError(
+            f"image step {msg.step} is smaller than width*channels*bytes = {row_bytes}"
+        )
+    buf = np.frombuffer(bytes(msg.data), dtype=np.uint8)
+    if buf.size < msg.step * msg.height:
+        raise ImageConversionError(
+            f"image data has {buf.size} bytes, expected step*height = {msg.step * msg.height}"
+        )
+    rows = buf[: msg.step * msg.height].reshape(msg.height, msg.step)[:, :row_bytes]
+    pixels = np.ascontiguousarray(rows).view(dtype).reshape(msg.height, msg.width, channels)
+    pixels = pixels.astype(dtype.newbyteorder("="), copy=False)
+    return pixels[:, :, 0] if channels == 1 else pixels
+
+
+def numpy_to_image(array: np.ndarray, encoding: str = "rgb8", msg=None):
+    """Fill (or create) a sensor_msgs/Image from an HxW or HxWxC array, tightly packed."""
+    from sensor_msgs.msg import Image
+
+    dtype, channels = _layout(encoding)
+    array = np.asarray(array)
+    if array.ndim == 2:
+        array = array[:, :, None]
+    if array.ndim != 3 or array.shape[2] != channels:
+        raise ImageConversionError(
+            f"encoding '{encoding}' needs {channels} channel(s), got array of shape {array.shape}"
+        )
+    if array.dtype != np.dtype(dtype):
+        raise ImageConversionError(
+            f"encoding '{encoding}' needs dtype {np.dtype(dtype).name}, got {array.dtype.name}"
+        )
+    msg = msg if msg is not None else Image()
+    msg.height, msg.width = int(array.shape[0]), int(array.shape[1])
+    msg.encoding = encoding
+    msg.is_bigendian = sys.byteorder == "big"
+    msg.step = msg.width * channels * array.dtype.itemsize
+    msg.data = np.ascontiguousarray(array).tobytes()
+    return msg
+
+
+def to_rgb(array: np.ndarray, encoding: str) -> np.ndarray:
+    """Convert pixels decoded with :func:`image_to_numpy` to HxWx3 uint8 RGB."""
+    if encoding in ("rgb8", "8UC3"):
+        return array
+    if encoding == "bgr8":
+        return array[:, :, ::-1].copy()
+    if encoding == "rgba8":
+        return array[:, :, :3].copy()
+    if encoding == "bgra8":
+        return array[:, :, 2::-1].copy()
+    if encoding in ("mono8", "8UC1"):
+        return np.repeat(array[:, :, None], 3, axis=2)
+    raise ImageConversionError(f"cannot turn '{encoding}' into RGB for a model; send rgb8")
+
+
+def rgb_to_compressed(rgb: np.ndarray, fmt: str = "jpeg", quality: int = 90, msg=None):
+    """Encode HxWx3 uint8 RGB into a sensor_msgs/CompressedImage (jpeg or png)."""
+    import cv2
+    from sensor_msgs.msg import CompressedImage
+
+    if fmt not in ("jpeg", "png"):
+        raise ImageConversionError(f"unsupported compressed format '{fmt}'; use jpeg or png")
+    params = [cv2.IMWRITE_JPEG_QUALITY, int(quality)] if fmt == "jpeg" else []
+    ok, encoded = cv2.imencode("." + ("jpg" if fmt == "jpeg" else "png"),
+                               np.ascontiguousarray(rgb[:, :, ::-1]), params)
+    if not ok:
+        raise ImageConversionError(f"OpenCV could not encode a {rgb.shape} image as {fmt}")
+    msg = msg if msg is not None else CompressedImage()
+    msg.format = fmt
+    msg.data = encoded.tobytes()
+    return msg
+
+
+def compressed_to_rgb(msg) -> np.ndarray:
+    """Decode a sensor_msgs/CompressedImage (jpeg/png, colour or mono) to HxWx3 uint8 RGB."""
+    import cv2
+
+    decoded = cv2.imdecode(np.frombuffer(bytes(msg.data), dtype=np.uint8), cv2.IMREAD_COLOR)
+    if decoded is None:
+        raise ImageConversionError(
+            f"could not decode CompressedImage (format '{msg.format}', {len(msg.data)} bytes)"
+        )
+    return decoded[:, :, ::-1].copy()

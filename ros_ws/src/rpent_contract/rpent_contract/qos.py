@@ -1,0 +1,18 @@
+"""QoS profiles of the robot contract, in one place so publishers and clients agree."""
+from rclpy.qos import DurabilityPolicy, HistoryPolicy, QoSProfile, ReliabilityPolicy
+
+# Streams (state, images): reliable so `ros2 topic echo`, bags and Foxglove all match;
+# a short history so a slow subscriber gets the newest data, not a backlog.
+STATE_QOS = QoSProfile(
+    history=HistoryPolicy.KEEP_LAST, depth=10,
+    reliability=ReliabilityPolicy.RELIABLE, durability=DurabilityPolicy.VOLATILE,
+)
+IMAGE_QOS = QoSProfile(
+    history=HistoryPolicy.KEEP_LAST, depth=2,
+    reliability=ReliabilityPolicy.RELIABLE, durability=DurabilityPolicy.VOLATILE,
+)
+# Latched: a late subscriber (the agent, a recorder) still learns the current task.
+LATCHED_QOS = QoSProfile(
+    history=HistoryPolicy.KEEP_LAST, depth=1,
+    reliability=ReliabilityPolicy.RELIABLE, durability=DurabilityPolicy.TRANSIENT_LOCAL,
+)

@@ -1,0 +1,499 @@
+"""RobotContractNode: the ROS side of every robot node (sim or real).
+
+Owns the contract's parameters, publishers, action servers and services (see
+ARCHITECTURE.md, "The robot contract"), validates every goal before anything moves and
+runs one motion at a time. The embodiment is a :class:`~rpent_contract.driver.RobotDriver`
+that a subclass builds in :meth:`RobotContractNode.create_driver`.
+
+Goals that fail validation are accepted and immediately aborted with a result whose
+message says what was wrong: an rclpy goal *rejection* cannot carry a reason, and an
+invalid goal must not preempt the motion already running.
+"""
+from __future__ import annotations
+
+import sys
+import threading
+import traceback
+from typing import Optional
+
+import numpy as np
+import rclpy
+from geometry_msgs.msg import PoseStamped
+from rclpy.action import ActionServer, CancelResponse, GoalResponse
+from rclpy.callback_groups import MutuallyExclusiveCallbackGroup, ReentrantCallbackGroup
+from rclpy.executors import ExternalShutdownException, MultiThreadedExecutor
+from rclpy.node import Node
+from sensor_msgs.msg import CameraInfo, Image, JointState
+from std_srvs.srv import Trigger
+
+from rpent_interfaces.action import ExecuteChunk, GripperCommand, MoveTo
+from rpent_interfaces.msg import RobotState, TaskStatus
+from rpent_interfaces.srv import GetObjectPoses, GetRobotInfo, ResetEpisode
+
+from . import params
+from .control_space import chunk_to_array
+from .driver import Motion, ResetRequest, RobotDriver, RobotSnapshot
+from .geometry import pose_from_msg, pose_to_msg
+from .images import numpy_to_image
+from .motion import MotionArbiter
+from .qos import IMAGE_QOS, LATCHED_QOS, STATE_QOS
+from .validation import GoalRejected, Workspace, check_chunk, check_pose_target, check_positive
+
+OBJECT_POSES_SERVICE = "sim/get_object_poses"
+
+
+class RobotContractNode(Node):
+    """Base class of robot nodes; subclasses implement :meth:`create_driver`."""
+
+    def __init__(self, node_name: str, *, default_workspace=((-1.0, -1.0, 0.0), (1.0, 1.0, 1.5)),
+                 **kwargs):
+        super().__init__(node_name, **kwargs)
+        d = lambda *a, **k: params.declare(self, *a, **k)  # noqa: E731
+        self.base_frame = d("base_frame", "base_link", "Frame of ee_pose, workspace and goals")
+        self.ee_frame = d("ee_frame", "ee_link", "End-effector frame")
+        lo = d("workspace_min", [float(v) for v in default_workspace[0]], "Workspace box lower corner (x, y, z) in m",
+               params.vector(3))
+        hi = d("workspace_max", [float(v) for v in default_workspace[1]], "Workspace box upper corner (x, y, z) in m",
+               params.vector(3))
+        try:
+            self.workspace = Workspace(lo, hi)
+        except ValueError as err:
+            raise params.ParameterError(f"workspace_min/workspace_max: {err}") from None
+        self.max_translation_step = d(
+            "max_translation_step", 0.02, "Largest move_to translation per control step, m",
+            params.positive)
+        self.max_rotation_step = d(
+            "max_rotation_step", 0.1, "Largest move_to rotation per control step, rad",
+            params.positive)
+        self.move_to_timeout = d(
+            "move_to_timeout", 30.0, "Default move_to budget in seconds of robot time",
+            params.positive)
+        self.publish_rate = d(
+            "publish_rate", 0.0, "Rate of state and camera topics in Hz; 0 = the control rate",
+            params.non_negative)
+
+        self.driver: RobotDriver = self.create_driver()
+        desc = self.driver.description
+        self.description = desc
+        self._arbiter = MotionArbiter()
+        self._mode = RobotState.MODE_IDLE
+        self._active_goal = ""
+        self._goal_motions: dict[bytes, Motion] = {}
+        self._goal_lock = threading.Lock()
+
+        self._joint_pub = self.create_publisher(JointState, "joint_states", STATE_QOS)
+        self._pose_pub = self.create_publisher(PoseStamped, "ee_pose", STATE_QOS)
+        self._state_pub = self.create_publisher(RobotState, "robot_state", STATE_QOS)
+        self._task_pub = self.create_publisher(TaskStatus, "task_status", LATCHED_QOS)
+        self._last_task: Optional[tuple] = None
+        self._image_pubs = {
+            name: (self.create_publisher(Image, f"camera/{name}/image_raw", IMAGE_QOS),
+                   self.create_publisher(CameraInfo, f"camera/{name}/camera_info", IMAGE_QOS))
+            for name in desc.camera_names
+        }
+
+        motions = ReentrantCallbackGroup()
+        self._action_servers = [
+            ActionServer(
+                self, action_type, name, execute_callback=execute,
+                goal_callback=lambda _goal: GoalResponse.ACCEPT,
+                cancel_callback=self._cancel, callback_group=motions,
+            )
+            for action_type, name, execute in (
+            (ExecuteChunk, "execute_chunk", self._execute_chunk),
+            (MoveTo, "move_to", self._move_to),
+            (GripperCommand, "gripper_command", self._gripper_command),
+            )
+        ]
+        services = ReentrantCallbackGroup()
+        self.create_service(ResetEpisode, "reset", self._reset, callback_group=services)
+        self.create_service(GetRobotInfo, "get_robot_info", self._get_robot_info,
+                            callback_group=services)
+        self.create_service(Trigger, "stop", self._stop, callback_group=services)
+        if OBJECT_POSES_SERVICE in desc.sim_services:
+            self.create_service(GetObjectPoses, OBJECT_POSES_SERVICE, self._object_poses,
+                                callback_group=services)
+
+        rate = self.publish_rate or desc.control_rate
+        self.create_timer(1.0 / rate, self._publish_state,
+                          callback_group=MutuallyExclusiveCallbackGroup())
+        self.get_logger().info(
+            f"{desc.embodiment} ready: control spaces "
+            f"{[s.name for s in desc.control_spaces]}, cameras {list(desc.camera_names)}, "
+            f"{desc.control_rate:g} Hz")
+
+    # --- subclass hook -----------------------------------------------------------------
+    def create_driver(self) -> RobotDriver:
+        """Declare embodiment parameters and build the driver."""
+        raise NotImplementedError
+
+    # --- publishing ----------------------------------------------------------------------
+    def _publish_state(self) -> None:
+        snap = self.driver.snapshot()
+        stamp = self.get_clock().now().to_msg()
+
+        js = JointState()
+        js.header.stamp = stamp
+        js.name = list(snap.joint_names)
+        js.position = [float(v) for v in snap.joint_positions]
+        if snap.joint_velocities is not None:
+            js.velocity = [float(v) for v in snap.joint_velocities]
+        self._joint_pub.publish(js)
+
+        pose = PoseStamped()
+        pose.header.stamp, pose.header.frame_id = stamp, self.base_frame
+        pose_to_msg(snap.ee_position, snap.ee_orientation, pose.pose)
+        self._pose_pub.publish(pose)
+
+        state = RobotState()
+        state.header = pose.header
+        state.mode = RobotState.MODE_ERROR if snap.errors else self._mode
+        state.ee_pose = pose.pose
+        state.gripper_width = float(snap.gripper_width)
+        state.joint_names, state.joint_positions = js.name, js.position
+        state.joint_velocities = js.velocity
+        state.active_goal = self._active_goal
+        state.errors = list(snap.errors)
+        state.episode_step = int(snap.episode_step)
+        self._state_pub.publish(state)
+
+        for name, frame in snap.images.items():
+            pubs = self._image_pubs.get(name)
+            if pubs is None:
+                continue
+            frame_id = f"{name}_optical_frame"
+            img = numpy_to_image(frame.rgb, "rgb8")
+            img.header.stamp, img.header.frame_id = stamp, frame_id
+            pubs[0].publish(img)
+            info = CameraInfo()
+            info.header = img.header
+            info.height, info.width = img.height, img.width
+            info.distortion_model = "plumb_bob"
+            info.d = [0.0] * 5
+            info.k = [frame.fx, 0.0, frame.cx, 0.0, frame.fy, frame.cy, 0.0, 0.0, 1.0]
+            info.r = [1.0, 0.0, 0.0, 0.0, 1.0, 0.0, 0.0, 0.0, 1.0]
+            info.p = [frame.fx, 0.0, frame.cx, 0.0, 0.0, frame.fy, frame.cy, 0.0, 0.0, 0.0, 1.0, 0.0]
+            pubs[1].publish(info)
+
+        self._publish_task(snap)
+
+    def _publish_task(self, snap: RobotSnapshot) -> None:
+        t = snap.task
+        key = (t.instruction, t.suite, t.task_name, t.task_id, t.episode_id, t.max_steps,
+               t.success, t.native_success, t.done, int(snap.episode_step))
+        if key == self._last_task:
+            return
+        self._last_task = key
+        msg = TaskStatus()
+        msg.header.stamp = self.get_clock().now().to_msg()
+        msg.header.frame_id = self.base_frame
+        msg.instruction, msg.suite, msg.task_name = t.instruction, t.suite, t.task_name
+        msg.task_id, msg.episode_id = int(t.task_id), t.episode_id
+        msg.step, msg.max_steps = int(snap.episode_step), int(t.max_steps)
+        msg.success, msg.done = bool(t.success), bool(t.done)
+        if t.success or t.done:
+            msg.success_source = (TaskStatus.SOURCE_NATIVE if t.native_success
+                                  else TaskStatus.SOURCE_OPERATOR)
+        self._task_pub.publish(msg)
+
+    # --- motion plumbing -------------------------------------------------------------------
+    def _cancel(self, goal_handle) -> CancelResponse:
+        with self._goal_lock:
+            motion = self._goal_motions.get(bytes(goal_handle.goal_id.uuid))
+        if motion is not None:
+            motion.stop("canceled by the client")
+        return CancelResponse.ACCEPT
+
+    def _run_motion(self, goal_handle, label: str, feedback, body):
+        """Run ``body(motion)`` as the only motion; return (outcome, stop reason or None)."""
+        uuid = bytes(goal_handle.goal_id.uuid)
+        motion = Motion(feedback)
+        with self._goal_lock:
+            self._goal_motions[uuid] = motion
+        try:
+            if goal_handle.is_cancel_requested:
+                motion.stop("canceled by the client")
+                return None, motion.reason
+            if not self._arbiter.begin(motion, label):
+                return None, motion.reason
+            self._mode, self._active_goal = RobotState.MODE_MOVING, label
+            try:
+                return body(motion), (motion.reason if motion.stopped else None)
+            finally:
+                if self._active_goal == label:
+                    self._mode = (RobotState.MODE_STOPPED if motion.stopped
+                                  else RobotState.MODE_IDLE)
+                    self._active_goal = ""
+                self._arbiter.end(motion)
+        finally:
+            with self._goal_lock:
+                self._goal_motions.pop(uuid, None)
+
+    def _finish(self, goal_handle, result, stopped: Optional[str], ok: bool = True):
+        """Set the goal's terminal state: canceled when the client asked, else by outcome."""
+        if stopped and goal_handle.is_cancel_requested:
+            goal_handle.canceled()
+        elif stopped or not ok:
+            goal_handle.abort()
+        else:
+            goal_handle.succeed()
+        return result
+
+    def _refuse(self, goal_handle, result, why: str, label: str):
+        self.get_logger().warning(f"{label} goal refused: {why}")
+        result.message = f"goal refused, nothing moved: {why}"
+        goal_handle.abort()
+        return result
+
+    # --- execute_chunk -----------------------------------------------------------------
+    def _execute_chunk(self, goal_handle):
+        goal, result = goal_handle.request, ExecuteChunk.Result()
+        try:
+            actions = chunk_to_array(goal.chunk)
+        except ValueError as err:
+            return self._refuse(goal_handle, result, str(err), "execute_chunk")
+        snap = self.driver.snapshot()
+        try:
+            space = check_chunk(
+                actions, goal.chunk.control_space, self.description.control_spaces,
+                max_horizon=self.description.max_chunk_steps, ee_position=snap.ee_position,
+                workspace=self.workspace,
+                current=self.driver.state_in_space(goal.chunk.control_space),
+            )
+        except GoalRejected as err:
+            return self._refuse(goal_handle, result, str(err), "execute_chunk")
+
+        def feedback(s: RobotSnapshot, step: int):
+            fb = ExecuteChunk.Feedback()
+            fb.step, fb.steps_total = step, actions.shape[0]
+            pose_to_msg(s.ee_position, s.ee_orientation, fb.ee_pose)
+            fb.gripper_width, fb.task_success = float(s.gripper_width), bool(s.task.success)
+            goal_handle.publish_feedback(fb)
+
+        try:
+            outcome, stopped = self._run_motion(
+                goal_handle, "execute_chunk", feedback,
+                lambda m: self.driver.execute_chunk(space, actions, m, goal.stop_on_success))
+        except Exception as err:  # the driver failed: report, hold, keep serving
+            return self._driver_failure(goal_handle, result, err, "execute_chunk")
+        if outcome is None:
+            result.outcome, result.message = ExecuteChunk.Result.OUTCOME_CANCELED, stopped
+            return self._finish(goal_handle, result, stopped)
+        result.steps_executed = outcome.steps_executed
+        result.task_success = bool(outcome.snapshot.task.success)
+        pose_to_msg(outcome.snapshot.ee_position, outcome.snapshot.ee_orientation,
+                    result.final_ee_pose)
+        if stopped:
+            result.outcome = ExecuteChunk.Result.OUTCOME_CANCELED
+            result.message = f"stopped after {outcome.steps_executed} steps: {stopped}"
+        elif outcome.fault:
+            result.outcome, result.message = ExecuteChunk.Result.OUTCOME_FAULT, outcome.fault
+        elif outcome.stopped_on_success:
+            result.outcome = ExecuteChunk.Result.OUTCOME_TASK_SUCCESS
+            result.message = f"task succeeded after {outcome.steps_executed} steps"
+        elif outcome.episode_end:
+            result.outcome = ExecuteChunk.Result.OUTCOME_EPISODE_END
+            result.message = (f"episode step cap reached after {outcome.steps_executed} steps; "
+                              "call reset to start a new episode")
+        else:
+            result.outcome = ExecuteChunk.Result.OUTCOME_COMPLETED
+            result.message = f"executed {outcome.steps_executed} steps"
+        return self._finish(goal_handle, result, stopped, ok=not outcome.fault)
+
+    # --- move_to -------------------------------------------------------------------------
+    def _move_to(self, goal_handle):
+        goal, result = goal_handle.request, MoveTo.Result()
+        frame = goal.target.header.frame_id
+        position, orientation = pose_from_msg(goal.target.pose)
+        try:
+            if frame not in ("", self.base_frame):
+                raise GoalRejected(
+                    f"target frame '{frame}' is not the robot base frame '{self.base_frame}'; "
+                    "express the target in the base frame (no TF lookup here)")
+            quat = check_pose_target(position, orientation, workspace=self.workspace,
+                                     position_only=goal.position_only)
+            for value, what in ((goal.max_translation_step, "max_translation_step"),
+                                (goal.max_rotation_step, "max_rotation_step"),
+                                (goal.position_tolerance, "position_tolerance"),
+                                (goal.orientation_tolerance, "orientation_tolerance"),
+                                (goal.timeout, "timeout")):
+                check_positive(value, what)
+        except GoalRejected as err:
+            return self._refuse(goal_handle, result, str(err), "move_to")
+        # Step limits are clipped to the robot's, never raised above them.
+        trans = min(goal.max_translation_step or self.max_translation_step,
+                    self.max_translation_step)
+        rot = min(goal.max_rotation_step or self.max_rotation_step, self.max_rotation_step)
+        timeout = goal.timeout or self.move_to_timeout
+        max_steps = max(1, int(round(timeout * self.description.control_rate)))
+
+        def feedback(s: RobotSnapshot, step: int):
+            fb = MoveTo.Feedback()
+            pose_to_msg(s.ee_position, s.ee_orientation, fb.current_pose)
+            fb.position_error = float(np.linalg.norm(position - s.ee_position))
+            fb.steps = step + 1
+            goal_handle.publish_feedback(fb)
+
+        try:
+            outcome, stopped = self._run_motion(
+                goal_handle, "move_to", feedback,
+                lambda m: self.driver.move_to(
+                    position, quat, position_only=goal.position_only,
+                    max_translation_step=trans, max_rotation_step=rot,
+                    position_tolerance=goal.position_tolerance or 0.01,
+                    orientation_tolerance=goal.orientation_tolerance or 0.05,
+                    max_steps=max_steps, motion=m))
+        except Exception as err:
+            return self._driver_failure(goal_handle, result, err, "move_to")
+        if outcome is None:
+            result.message = stopped
+            return self._finish(goal_handle, result, stopped)
+        result.reached = outcome.reached
+        pose_to_msg(outcome.snapshot.ee_position, outcome.snapshot.ee_orientation,
+                    result.final_pose)
+        result.position_error = float(outcome.position_error)
+        result.orientation_error = float(outcome.orientation_error)
+        result.steps = outcome.steps
+        result.message = (f"stopped: {stopped}" if stopped else outcome.message or (
+            "reached the target" if outcome.reached else
+            f"did not reach the target within {outcome.steps} steps "
+            f"(position error {outcome.position_error:.3f} m)"))
+        return self._finish(goal_handle, result, stopped, ok=outcome.reached)
+
+    # --- gripper_command ---------------------------------------------------------------------
+    def _gripper_command(self, goal_handle):
+        goal, result = goal_handle.request, GripperCommand.Result()
+        max_width = self.description.gripper_max_width
+        try:
+            if not np.isfinite(goal.position) or not 0.0 <= goal.position <= max_width:
+                raise GoalRejected(
+                    f"position {goal.position} m is outside [0, {max_width}] m "
+                    "(0 = closed, get_robot_info.gripper_max_width = open)")
+            check_positive(goal.max_effort, "max_effort")
+        except GoalRejected as err:
+            return self._refuse(goal_handle, result, str(err), "gripper_command")
+
+        def feedback(s: RobotSnapshot, step: int):
+            fb = GripperCommand.Feedback()
+            fb.position = float(s.gripper_width)
+            goal_handle.publish_feedback(fb)
+
+        try:
+            outcome, stopped = self._run_motion(
+                goal_handle, "gripper_command", feedback,
+                lambda m: self.driver.gripper(goal.position, goal.max_effort, m))
+        except Exception as err:
+            return self._driver_failure(goal_handle, result, err, "gripper_command")
+        if outcome is None:
+            result.message = stopped
+            return self._finish(goal_handle, result, stopped)
+        result.position, result.effort = float(outcome.width), float(outcome.effort)
+        result.stalled, result.reached_goal = outcome.stalled, outcome.reached
+        result.message = f"stopped: {stopped}" if stopped else outcome.message
+        # A stall (an object between the fingers) is a successful grasp, not a failure.
+        return self._finish(goal_handle, result, stopped, ok=outcome.reached or outcome.stalled)
+
+    def _driver_failure(self, goal_handle, result, err: Exception, label: str):
+        self.get_logger().error(f"{label} failed in the driver: {err}\n{traceback.format_exc()}")
+        try:
+            self.driver.hold()
+        except Exception as hold_err:
+            self.get_logger().error(f"hold after failure also failed: {hold_err}")
+        result.message = f"{label} failed: {err}; the robot was told to hold position"
+        if hasattr(result, "outcome"):
+            result.outcome = ExecuteChunk.Result.OUTCOME_FAULT
+        goal_handle.abort()
+        return result
+
+    # --- services ------------------------------------------------------------------------
+    def _stop(self, _request, response):
+        self._arbiter.interrupt("stopped by the stop service")
+        try:
+            self.driver.hold()
+        except Exception as err:
+            response.success, response.message = False, f"hold failed: {err}"
+            return response
+        self._mode = RobotState.MODE_STOPPED
+        response.success, response.message = True, "stopped; holding position"
+        return response
+
+    def _reset(self, request, response):
+        motion = Motion()
+        if not self._arbiter.begin(motion, "reset"):
+            response.success, response.message = False, f"reset not run: {motion.reason}"
+            return response
+        try:
+            snap = self.driver.reset(ResetRequest(
+                suite=request.suite, task_id=request.task_id, seed=request.seed,
+                init_state_index=request.init_state_index))
+        except ValueError as err:
+            response.success, response.message = False, f"reset refused: {err}"
+            return response
+        except Exception as err:
+            self.get_logger().error(f"reset failed: {err}\n{traceback.format_exc()}")
+            response.success, response.message = False, f"reset failed: {err}"
+            return response
+        finally:
+            self._arbiter.end(motion)
+        self._mode = RobotState.MODE_IDLE
+        response.success, response.message = True, "episode reset"
+        response.instruction, response.episode_id = snap.task.instruction, snap.task.episode_id
+        self._publish_task(snap)
+        return response
+
+    def _get_robot_info(self, _request, response):
+        desc = self.description
+        response.embodiment, response.simulated = desc.embodiment, desc.simulated
+        response.base_frame, response.ee_frame = self.base_frame, self.ee_frame
+        response.control_spaces = [s.to_msg() for s in desc.control_spaces]
+        response.default_control_space = desc.control_spaces[0].name
+        response.joint_names = list(desc.joint_names)
+        response.camera_names = list(desc.camera_names)
+        (response.workspace_min.x, response.workspace_min.y,
+         response.workspace_min.z) = (float(v) for v in self.workspace.lower)
+        (response.workspace_max.x, response.workspace_max.y,
+         response.workspace_max.z) = (float(v) for v in self.workspace.upper)
+        response.control_rate = float(desc.control_rate)
+        response.max_translation_step = float(self.max_translation_step)
+        response.max_rotation_step = float(self.max_rotation_step)
+        response.gripper_max_width = float(desc.gripper_max_width)
+        response.sim_services = list(desc.sim_services)
+        return response
+
+    def _object_poses(self, _request, response):
+        stamp = self.get_clock().now().to_msg()
+        for name, (position, quat) in sorted(self.driver.object_poses().items()):
+            pose = PoseStamped()
+            pose.header.stamp, pose.header.frame_id = stamp, self.base_frame
+            pose_to_msg(position, quat, pose.pose)
+            response.names.append(name)
+            response.poses.append(pose)
+        return response
+
+
+def spin_robot_node(node_class, args=None, num_threads: int = 4) -> int:
+    """Run a robot node until Ctrl-C / shutdown; start-up errors exit 2 with the reason."""
+    rclpy.init(args=args)
+    node = None
+    try:
+        node = node_class()
+    except params.ParameterError as err:
+        print(f"[{node_class.__name__}] cannot start: {err}", file=sys.stderr)
+        rclpy.try_shutdown()
+        return 2
+    except ValueError as err:  # driver refused its configuration
+        print(f"[{node_class.__name__}] cannot start: {err}", file=sys.stderr)
+        rclpy.try_shutdown()
+        return 2
+    executor = MultiThreadedExecutor(num_threads=num_threads)
+    executor.add_node(node)
+    try:
+        executor.spin()
+    except (KeyboardInterrupt, ExternalShutdownException):
+        pass
+    finally:
+        node._arbiter.interrupt("node shutting down")
+        node.driver.close()
+        node.destroy_node()
+        rclpy.try_shutdown()
+    return 0

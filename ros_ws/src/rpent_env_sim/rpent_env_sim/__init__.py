@@ -1,0 +1,1 @@
+"""Simulated robot nodes implementing the RPent robot contract."""

@@ -1,0 +1,279 @@
+"""LIBERO robot node: a LIBERO / LIBERO-PRO task served over the robot contract.
+
+    ros2 run rpent_env_sim libero_node --ros-args -p suite:=libero_object -p task_id:=0
+
+Control space ``libero_osc_delta`` is LIBERO's native action: 7 normalised values
+(dx, dy, dz, droll, dpitch, dyaw in [-1, 1], scaled by the OSC controller, and a gripper
+command, -1 open / +1 close). The simulator lives on one worker thread (its EGL context
+is thread-bound), so ROS callbacks stay responsive while it steps. Physics advances only
+when a motion steps it: an idle or stopped robot holds still by construction.
+"""
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+
+from rpent_contract import params
+from rpent_contract.control_space import ControlSpaceSpec
+from rpent_contract.driver import (
+    CameraImage,
+    ChunkOutcome,
+    GripperOutcome,
+    Motion,
+    MoveOutcome,
+    ResetRequest,
+    RobotDescription,
+    RobotDriver,
+    RobotSnapshot,
+    TaskInfo,
+)
+from rpent_contract.robot_node import OBJECT_POSES_SERVICE, RobotContractNode, spin_robot_node
+
+from .cartesian_controller import (
+    OSC_POSE_MAX_POS_DELTA,
+    OSC_POSE_MAX_ROT_DELTA,
+    move_to as osc_move_to,
+    pose_error,
+)
+from .libero_sim import RENDER_QUALITIES, LiberoSim, SimObservation
+
+GRIPPER_OPEN, GRIPPER_CLOSE, GRIPPER_HOLD = -1.0, 1.0, 0.0
+# Franka hand: fingers travel 0.04 m each.
+GRIPPER_MAX_WIDTH = 0.08
+# The fingers have stalled (on an object or at a limit) when the width changes less than
+# this per step for STALL_STEPS consecutive steps.
+STALL_EPS, STALL_STEPS, GRIPPER_MAX_STEPS = 2e-4, 3, 40
+
+LIBERO_OSC_DELTA = ControlSpaceSpec(
+    name="libero_osc_delta",
+    labels=("dx", "dy", "dz", "droll", "dpitch", "dyaw", "gripper"),
+    units=("1",) * 7,
+    lower=(-1.0,) * 7,
+    upper=(1.0,) * 7,
+    relative=True,
+    step_scale=(OSC_POSE_MAX_POS_DELTA,) * 3 + (OSC_POSE_MAX_ROT_DELTA,) * 3,
+    frame_id="base_link",
+    description=(
+        "LIBERO's native OSC_POSE delta: translation and axis-angle rotation, each in "
+        "[-1, 1] and scaled by step_scale (m, rad) per control step, in the base frame; "
+        "gripper -1 opens, +1 closes, 0 keeps the current command."),
+)
+
+
+class LiberoDriver(RobotDriver):
+    def __init__(self, *, suite: str, task_id: int, seed: int, init_state_index: int,
+                 cameras, image_height: int, image_width: int, render_quality: str,
+                 max_episode_steps: int, real_time: bool):
+        self._worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="libero-sim")
+        self._real_time = real_time
+        self._lock = threading.Lock()
+        self._sim: LiberoSim = self._call(
+            LiberoSim, suite=suite, task_id=task_id, seed=seed,
+            init_state_index=init_state_index, cameras=cameras, image_height=image_height,
+            image_width=image_width, render_quality=render_quality,
+            max_episode_steps=max_episode_steps)
+        self._max_episode_steps = max_episode_steps
+        self._description = RobotDescription(
+            embodiment="libero_panda",
+            simulated=True,
+            joint_names=list(self._sim.arm_joint_names) + list(self._sim.gripper_joint_names),
+            camera_names=list(self._sim.camera_names),
+            control_spaces=[LIBERO_OSC_DELTA],
+            control_rate=float(self._sim.control_rate_hz),
+            gripper_max_width=GRIPPER_MAX_WIDTH,
+            max_chunk_steps=max_episode_steps,
+            sim_services=[OBJECT_POSES_SERVICE],
+        )
+        self._episode_id = ""
+        self._latest = self._new_episode(self._call(self._sim.reset))
+
+    # --- plumbing ------------------------------------------------------------------------
+    def _call(self, fn, *args, **kwargs):
+        return self._worker.submit(fn, *args, **kwargs).result()
+
+    def _new_episode(self, obs: SimObservation) -> RobotSnapshot:
+        self._episode_id = uuid.uuid4().hex[:12]
+        return self._update(obs)
+
+    def _update(self, obs: SimObservation) -> RobotSnapshot:
+        sim = self._sim
+        previous = self._latest.images if hasattr(self, "_latest") else {}
+        snap = RobotSnapshot(
+            joint_names=self._description.joint_names,
+            joint_positions=np.concatenate([obs.arm_joint_positions, obs.gripper_joint_positions]),
+            ee_position=obs.ee_position,
+            ee_orientation=obs.ee_orientation,
+            gripper_width=float(obs.gripper_width),
+            episode_step=obs.step,
+            # A step without rendering keeps showing the last rendered frames.
+            images={name: CameraImage(f.rgb, f.fx, f.fy, f.cx, f.cy)
+                    for name, f in obs.images.items()} or previous,
+            task=TaskInfo(
+                instruction=sim.instruction, suite=sim.suite, task_name=sim.task_name,
+                task_id=sim.task_id, episode_id=self._episode_id,
+                max_steps=self._max_episode_steps, success=bool(obs.success),
+                native_success=True, done=bool(obs.success or obs.truncated)),
+        )
+        with self._lock:
+            self._latest = snap
+        return snap
+
+    def _step(self, action: np.ndarray, motion: Motion, index: int) -> RobotSnapshot:
+        started = time.monotonic()
+        snap = self._update(self._call(self._sim.step, action))
+        motion.feedback(snap, index)
+        if self._real_time:
+            time.sleep(max(0.0, 1.0 / self._description.control_rate
+                           - (time.monotonic() - started)))
+        return snap
+
+    def _episode_over(self) -> bool:
+        return self._latest.episode_step >= self._max_episode_steps
+
+    # --- RobotDriver ---------------------------------------------------------------------
+    @property
+    def description(self) -> RobotDescription:
+        return self._description
+
+    def snapshot(self) -> RobotSnapshot:
+        with self._lock:
+            return self._latest
+
+    def execute_chunk(self, space, actions, motion, stop_on_success) -> ChunkOutcome:
+        snap, done = self._latest, 0
+        for i, action in enumerate(actions):
+            if motion.stopped:
+                break
+            if self._episode_over():
+                return ChunkOutcome(done, snap, episode_end=True)
+            snap = self._step(action, motion, i)
+            done += 1
+            if stop_on_success and snap.task.success:
+                return ChunkOutcome(done, snap, stopped_on_success=True)
+        return ChunkOutcome(done, snap)
+
+    def move_to(self, position, orientation, *, position_only, max_translation_step,
+                max_rotation_step, position_tolerance, orientation_tolerance, max_steps,
+                motion) -> MoveOutcome:
+        snap, steps = self._latest, 0
+        # Position-only targets keep whatever orientation the hand has when the move starts.
+        target_quat = snap.ee_orientation.copy() if position_only else orientation
+        max_trans = min(max_translation_step, OSC_POSE_MAX_POS_DELTA)
+        max_rot = min(max_rotation_step, OSC_POSE_MAX_ROT_DELTA)
+
+        def reached(s):
+            pos_err, rot_err = pose_error(s.ee_position, s.ee_orientation, position, target_quat)
+            return pos_err <= position_tolerance and rot_err <= orientation_tolerance, pos_err, rot_err
+
+        done, pos_err, rot_err = reached(snap)
+        while not done and not motion.stopped and steps < max_steps and not self._episode_over():
+            action = osc_move_to(snap.ee_position, snap.ee_orientation, position, target_quat,
+                                 GRIPPER_HOLD, max_pos_step=max_trans, max_rot_step=max_rot)
+            snap = self._step(action, motion, steps)
+            steps += 1
+            done, pos_err, rot_err = reached(snap)
+        message = ""
+        if not done and self._episode_over():
+            message = "episode step cap reached; call reset to start a new episode"
+        return MoveOutcome(done, snap, pos_err, rot_err, steps, message)
+
+    def gripper(self, width, max_effort, motion) -> GripperOutcome:
+        # The native gripper command is a direction (the fingers ramp while it is held),
+        # so drive towards the width until reached or until the fingers stop moving.
+        snap, tolerance = self._latest, 0.004
+        hold_still, steps = 0, 0
+        while not motion.stopped and steps < GRIPPER_MAX_STEPS and not self._episode_over():
+            error = snap.gripper_width - width
+            if abs(error) <= tolerance:
+                return GripperOutcome(snap.gripper_width, True, False, snap,
+                                      message=f"gripper at {snap.gripper_width:.4f} m")
+            command = GRIPPER_CLOSE if error > 0 else GRIPPER_OPEN
+            before = snap.gripper_width
+            snap = self._step(np.array([0, 0, 0, 0, 0, 0, command], float), motion, steps)
+            steps += 1
+            hold_still = hold_still + 1 if abs(snap.gripper_width - before) < STALL_EPS else 0
+            if hold_still >= STALL_STEPS and steps > STALL_STEPS:
+                return GripperOutcome(
+                    snap.gripper_width, False, True, snap,
+                    message=f"fingers stalled at {snap.gripper_width:.4f} m "
+                            f"(target {width:.4f} m): holding an object or at their limit")
+        return GripperOutcome(snap.gripper_width, abs(snap.gripper_width - width) <= tolerance,
+                              False, snap, message=f"gripper at {snap.gripper_width:.4f} m")
+
+    def hold(self) -> None:
+        # Nothing to do: the simulated arm only moves while a motion steps the physics.
+        return None
+
+    def reset(self, request: ResetRequest) -> RobotSnapshot:
+        if request.suite and request.suite != self._sim.suite:
+            self._call(self._switch_suite, request)
+        obs = self._call(
+            self._sim.reset,
+            task_id=None if request.task_id < 0 else request.task_id,
+            init_state_index=None if request.init_state_index < 0 else request.init_state_index,
+            seed=None if request.seed < 0 else request.seed)
+        return self._new_episode(obs)
+
+    def _switch_suite(self, request: ResetRequest) -> None:
+        old = self._sim
+        self._sim = LiberoSim(
+            suite=request.suite, task_id=max(request.task_id, 0), seed=max(request.seed, 0),
+            init_state_index=max(request.init_state_index, 0), cameras=old.camera_names,
+            image_height=old.image_height, image_width=old.image_width,
+            render_quality=old.render_quality, max_episode_steps=self._max_episode_steps)
+        old.close()
+
+    def object_poses(self) -> dict:
+        return self._call(self._sim.object_poses)
+
+    def close(self) -> None:
+        try:
+            self._call(self._sim.close)
+        finally:
+            self._worker.shutdown(wait=True)
+
+
+class LiberoNode(RobotContractNode):
+    def __init__(self):
+        # Base frame = robot0_base; the table top is near z = 0 and objects sit on it.
+        super().__init__("libero_sim", default_workspace=((0.05, -0.55, -0.05), (0.95, 0.55, 0.75)))
+
+    def create_driver(self) -> RobotDriver:
+        d = lambda *a, **k: params.declare(self, *a, **k)  # noqa: E731
+        suites = LiberoSim.available_suites()
+        non_negative_int = lambda v: None if v >= 0 else "must be >= 0"  # noqa: E731
+        return LiberoDriver(
+            suite=d("suite", "libero_object", "LIBERO / LIBERO-PRO suite",
+                    params.one_of(*suites)),
+            task_id=d("task_id", 0, "Task index in the suite", non_negative_int),
+            seed=d("seed", 0, "Simulator seed", non_negative_int),
+            init_state_index=d("init_state_index", 0,
+                               "Index of the benchmark's recorded initial state",
+                               non_negative_int),
+            cameras=d("cameras", ["agentview", "robot0_eye_in_hand"],
+                      "MuJoCo cameras published as camera/<name>/image_raw",
+                      lambda v: None if v else "needs at least one camera"),
+            image_height=d("image_height", 128, "Camera image height, px",
+                           lambda v: None if 16 <= v <= 2048 else "must be in [16, 2048]"),
+            image_width=d("image_width", 128, "Camera image width, px",
+                          lambda v: None if 16 <= v <= 2048 else "must be in [16, 2048]"),
+            render_quality=d("render_quality", "low",
+                             "low (fast: no anti-aliasing / reflections) or high (LIBERO's look)",
+                             params.one_of(*RENDER_QUALITIES)),
+            max_episode_steps=d("max_episode_steps", 600, "Episode step cap",
+                                lambda v: None if v > 0 else "must be > 0"),
+            real_time=d("real_time", False,
+                        "Pace steps to the control rate (else run as fast as the CPU allows)"),
+        )
+
+
+def main(args=None):
+    raise SystemExit(spin_robot_node(LiberoNode, args=args))
+
+
+if __name__ == "__main__":
+    main()

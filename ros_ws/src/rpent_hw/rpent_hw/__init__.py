@@ -1,0 +1,1 @@
+"""Real-arm robot nodes and the safety layer shared by every real arm."""

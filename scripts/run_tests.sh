@@ -1,0 +1,9 @@
+#!/usr/bin/env bash
+# Run the test suite inside the set-up environment; extra arguments go to pytest,
+# e.g.  scripts/run_tests.sh -m "not slow"   or   scripts/run_tests.sh tests/contract -k cancel
+set -euo pipefail
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+# shellcheck source=scripts/env.sh
+source "$ROOT/scripts/env.sh"
+cd "$ROOT"
+exec python -m pytest "$@"

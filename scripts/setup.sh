@@ -1,0 +1,114 @@
+#!/usr/bin/env bash
+# One-command setup: system packages, a virtual environment in .venv, ROS 2 core and the
+# Python dependencies, then a colcon build of ros_ws. Safe to re-run: every stage is
+# skipped when its inputs have not changed since it last succeeded.
+#
+#   scripts/setup.sh            set up / bring up to date
+#   RPENT_FORCE=1 scripts/setup.sh   redo every stage
+#
+# With a ROS 2 distro sourced (ROS_DISTRO set, e.g. `source /opt/ros/humble/setup.bash`)
+# its rclpy is used and only the Python dependencies are installed; otherwise ROS 2 Jazzy
+# core comes from the PyPI ros-jazzy-* wheels, which are built for CPython 3.11.
+set -euo pipefail
+
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+VENV="$ROOT/.venv"
+STAMPS="$VENV/.rpent-stamps"
+FORCE=${RPENT_FORCE:-0}
+T0=$SECONDS
+
+say() { printf '\033[1m[setup %3ds]\033[0m %s\n' "$((SECONDS - T0))" "$*"; }
+die() { printf '[setup] ERROR: %s\n' "$*" >&2; exit 1; }
+
+# A stage is skipped when the hash of its inputs matches the one saved after its last success.
+stage_hash() { cat "$@" 2>/dev/null | sha256sum | cut -c1-16; }
+stage_done() { [ "$FORCE" != 1 ] && [ -f "$STAMPS/$1" ] && [ "$(cat "$STAMPS/$1")" = "$2" ]; }
+stage_mark() { mkdir -p "$STAMPS"; echo "$2" > "$STAMPS/$1"; }
+
+# --- 1. system packages -------------------------------------------------------------
+# cmake/g++ build rpent_interfaces; EGL + Mesa render MuJoCo headless; ffmpeg writes videos.
+APT_PKGS=(cmake g++ libegl1 libegl-mesa0 libgl1-mesa-dri libgles2 ffmpeg)
+missing=()
+for p in "${APT_PKGS[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -eq 0 ]; then
+  say "system packages present"
+elif [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+  say "installing system packages: ${missing[*]}"
+  apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+else
+  die "missing system packages: ${missing[*]}. Install them with: sudo apt-get install ${missing[*]}  (then re-run scripts/setup.sh)"
+fi
+
+# --- 2. Python + virtual environment -------------------------------------------------
+if [ -n "${ROS_DISTRO:-}" ]; then
+  # The distro's rclpy is compiled for the system Python; the venv must see it.
+  PY=$(command -v python3)
+  VENV_ARGS=(--system-site-packages)
+  python3 -c "import rclpy" 2>/dev/null || die "ROS_DISTRO=$ROS_DISTRO is set but rclpy does not import; source /opt/ros/$ROS_DISTRO/setup.bash in this shell, or unset ROS_DISTRO to use the PyPI wheels"
+  say "using sourced ROS 2 $ROS_DISTRO ($PY)"
+else
+  PY=""
+  for cand in python3.11 "$(pyenv root 2>/dev/null)/versions/3.11"*/bin/python3.11 python3; do
+    if command -v "$cand" >/dev/null 2>&1 && "$cand" -c 'import sys; sys.exit(sys.version_info[:2] != (3, 11))' 2>/dev/null; then
+      PY=$(command -v "$cand"); break
+    fi
+  done
+  [ -n "$PY" ] || die "the ros-jazzy-* wheels need CPython 3.11; install python3.11 (or source a ROS 2 distro such as Humble) and re-run"
+  VENV_ARGS=()
+  say "no ROS distro sourced: ROS 2 Jazzy core from PyPI wheels ($PY)"
+fi
+if [ ! -x "$VENV/bin/python" ] || [ "$FORCE" = 1 ]; then
+  say "creating $VENV"
+  "$PY" -m venv "${VENV_ARGS[@]}" --clear "$VENV"
+fi
+VPY="$VENV/bin/python"
+pip_install() { "$VPY" -m pip install --disable-pip-version-check --progress-bar off -q "$@"; }
+
+# --- 3. ROS 2 core wheels ------------------------------------------------------------
+if [ -z "${ROS_DISTRO:-}" ]; then
+  h=$(stage_hash "$ROOT/scripts/ros-jazzy-requirements.txt")
+  if stage_done ros-wheels "$h"; then
+    say "ROS 2 wheels up to date"
+  else
+    say "installing ROS 2 Jazzy wheels (rclpy, Fast DDS, message packages, rosidl, colcon)"
+    pip_install -r "$ROOT/scripts/ros-jazzy-requirements.txt"
+    # The wheels' CMake exports name the wheel-build machine's Python; point them at ours.
+    inc=$("$VPY" -c 'import sysconfig; print(sysconfig.get_paths()["include"])')
+    npinc=$("$VPY" -c 'import numpy; print(numpy.get_include())')
+    grep -rlF /opt/python/cp311-cp311 "$VENV/share" --include='*.cmake' 2>/dev/null | while read -r f; do
+      sed -i -e "s#/opt/python/cp311-cp311/lib/python3.11/site-packages/numpy/_core/include#$npinc#g" \
+             -e "s#/opt/python/cp311-cp311/include/python3.11#$inc#g" "$f"
+    done
+    stage_mark ros-wheels "$h"
+  fi
+fi
+
+# --- 4. Python dependencies ----------------------------------------------------------
+h=$(stage_hash "$ROOT/pyproject.toml")
+if stage_done python-deps "$h"; then
+  say "Python dependencies up to date"
+else
+  say "installing Python dependencies from pyproject.toml (LIBERO assets are large; this takes a few minutes the first time)"
+  pip_install "$ROOT[test]"
+  stage_mark python-deps "$h"
+fi
+
+# --- 5. colcon build -----------------------------------------------------------------
+# shellcheck source=scripts/env.sh
+RPENT_ENV_NO_WORKSPACE=1 source "$ROOT/scripts/env.sh"
+h=$(cd "$ROOT" && find ros_ws/src -type f -not -name '*.pyc' -print0 | sort -z | xargs -0 sha256sum | stage_hash /dev/stdin)
+if stage_done colcon "$h" && [ -f "$ROOT/ros_ws/install/setup.bash" ]; then
+  say "workspace build up to date"
+else
+  say "building ros_ws with colcon"
+  (cd "$ROOT/ros_ws" && "$VENV/bin/colcon" build --symlink-install \
+      --event-handlers console_cohesion- status- summary+ \
+      --cmake-args -DBUILD_TESTING=OFF -DPython3_EXECUTABLE="$VPY" -DPYTHON_EXECUTABLE="$VPY") \
+    || die "colcon build failed (log above; full logs in ros_ws/log/latest_build)"
+  stage_mark colcon "$h"
+fi
+
+say "done. Open a shell with everything sourced:  source scripts/env.sh"

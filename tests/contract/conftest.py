@@ -1,0 +1,75 @@
+"""Fixtures of the contract suite: one robot node process per robot implementation."""
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass
+
+import pytest
+
+from robots import ROBOTS, RobotUnderTest
+
+
+@dataclass
+class RobotSession:
+    spec: RobotUnderTest
+    process: object
+    client: object
+    info: object
+
+
+@pytest.fixture(scope="module", params=ROBOTS, ids=[r.id for r in ROBOTS])
+def robot(request, rclpy_context, node_factory):
+    from rpent_contract.client import ContractTimeout, RobotClient
+
+    spec: RobotUnderTest = request.param
+    proc = node_factory(spec.package, spec.executable, spec.parameters, name=spec.id)
+    client = RobotClient()
+    try:
+        info = client.wait_ready(spec.startup_timeout)
+    except ContractTimeout as err:
+        client.close()
+        pytest.fail(f"{spec.id} node did not come up: {err}\n--- node log ---\n{proc.log_tail()}")
+    yield RobotSession(spec, proc, client, info)
+    client.close()
+    assert proc.alive(), f"{spec.id} node died during the suite:\n{proc.log_tail()}"
+
+
+class TopicProbe:
+    """Subscribes to a topic and records arrival times and the latest message."""
+
+    def __init__(self, node, msg_type, topic, qos):
+        self.times: list[float] = []
+        self.latest = None
+        self._lock = threading.Lock()
+        self.sub = node.create_subscription(msg_type, topic, self._on_msg, qos)
+
+    def _on_msg(self, msg):
+        with self._lock:
+            self.times.append(time.monotonic())
+            self.latest = msg
+
+    def rate(self) -> float:
+        with self._lock:
+            t = list(self.times)
+        return (len(t) - 1) / (t[-1] - t[0]) if len(t) > 2 else 0.0
+
+    def clear(self):
+        with self._lock:
+            self.times.clear()
+            self.latest = None
+
+
+@pytest.fixture
+def probe(robot):
+    """Make TopicProbes on the test client's node; destroyed after the test."""
+    made = []
+
+    def make(msg_type, topic, qos):
+        p = TopicProbe(robot.client.node, msg_type, topic, qos)
+        made.append(p)
+        return p
+
+    yield make
+    for p in made:
+        robot.client.node.destroy_subscription(p.sub)

@@ -1,0 +1,297 @@
+"""The robot contract suite: what every robot node (sim or real) must do.
+
+Runs against each implementation in robots.py, over a real ROS graph with the node
+in its own process.
+"""
+from __future__ import annotations
+
+import copy
+import math
+import time
+
+import numpy as np
+import pytest
+from action_msgs.msg import GoalStatus
+from geometry_msgs.msg import PoseStamped
+from sensor_msgs.msg import CameraInfo, Image, JointState
+
+from harness import wait_until
+from rpent_contract.images import image_to_numpy
+from rpent_contract.qos import IMAGE_QOS, LATCHED_QOS, STATE_QOS
+from rpent_interfaces.action import ExecuteChunk, MoveTo
+from rpent_interfaces.msg import RobotState, TaskStatus
+
+SUCCEEDED, ABORTED, CANCELED = (GoalStatus.STATUS_SUCCEEDED, GoalStatus.STATUS_ABORTED,
+                                GoalStatus.STATUS_CANCELED)
+
+
+def current_state(probe) -> RobotState:
+    states = probe(RobotState, "robot_state", STATE_QOS)
+    return wait_until(lambda: states.latest, 10, what="a robot_state message")
+
+
+def assert_did_not_move(before: RobotState, after: RobotState):
+    assert after.episode_step == before.episode_step, "the robot stepped"
+    np.testing.assert_allclose(after.joint_positions, before.joint_positions, atol=1e-6)
+    for axis in "xyz":
+        assert getattr(after.ee_pose.position, axis) == pytest.approx(
+            getattr(before.ee_pose.position, axis), abs=1e-6)
+
+
+def test_topics_have_contract_types(robot):
+    expected = {
+        "/joint_states": "sensor_msgs/msg/JointState",
+        "/ee_pose": "geometry_msgs/msg/PoseStamped",
+        "/robot_state": "rpent_interfaces/msg/RobotState",
+        "/task_status": "rpent_interfaces/msg/TaskStatus",
+    }
+    for cam in robot.info.camera_names:
+        expected[f"/camera/{cam}/image_raw"] = "sensor_msgs/msg/Image"
+        expected[f"/camera/{cam}/camera_info"] = "sensor_msgs/msg/CameraInfo"
+    node = robot.client.node
+
+    def all_present():
+        types = dict(node.get_topic_names_and_types())
+        return all(t in types.get(name, []) for name, t in expected.items())
+
+    wait_until(all_present, 10, what="every contract topic advertised")
+    types = dict(node.get_topic_names_and_types())
+    for name, t in expected.items():
+        assert types[name] == [t], f"{name} has types {types[name]}, expected {t}"
+
+
+def test_topics_publish_at_control_rate(robot, probe):
+    rate = robot.info.control_rate
+    probes = {
+        "joint_states": probe(JointState, "joint_states", STATE_QOS),
+        "ee_pose": probe(PoseStamped, "ee_pose", STATE_QOS),
+        "robot_state": probe(RobotState, "robot_state", STATE_QOS),
+    }
+    for cam in robot.info.camera_names:
+        probes[f"{cam} image"] = probe(Image, f"camera/{cam}/image_raw", IMAGE_QOS)
+        probes[f"{cam} info"] = probe(CameraInfo, f"camera/{cam}/camera_info", IMAGE_QOS)
+    time.sleep(0.5)
+    for p in probes.values():
+        p.clear()
+    time.sleep(3.0)
+    for name, p in probes.items():
+        assert 0.7 * rate <= p.rate() <= 1.3 * rate, \
+            f"{name} published at {p.rate():.1f} Hz, control rate is {rate:g} Hz"
+
+
+def test_robot_info_matches_what_is_published(robot, probe):
+    info = robot.info
+    joints = probe(JointState, "joint_states", STATE_QOS)
+    pose = probe(PoseStamped, "ee_pose", STATE_QOS)
+    task = probe(TaskStatus, "task_status", LATCHED_QOS)
+    cams = {c: (probe(Image, f"camera/{c}/image_raw", IMAGE_QOS),
+                probe(CameraInfo, f"camera/{c}/camera_info", IMAGE_QOS))
+            for c in info.camera_names}
+    wait_until(lambda: joints.latest and pose.latest and task.latest
+               and all(i.latest and c.latest for i, c in cams.values()), 10,
+               what="one message on every contract topic")
+
+    assert list(joints.latest.name) == list(info.joint_names)
+    assert len(joints.latest.position) == len(info.joint_names)
+    assert info.default_control_space in [s.name for s in info.control_spaces]
+    for space in info.control_spaces:
+        assert space.dim == len(space.labels) == len(space.units) == len(space.lower) \
+            == len(space.upper)
+    assert pose.latest.header.frame_id == info.base_frame
+    p = pose.latest.pose.position
+    lo, hi = info.workspace_min, info.workspace_max
+    assert lo.x <= p.x <= hi.x and lo.y <= p.y <= hi.y and lo.z <= p.z <= hi.z, \
+        "the robot starts outside its own workspace"
+    q = pose.latest.pose.orientation
+    assert math.isclose(q.x ** 2 + q.y ** 2 + q.z ** 2 + q.w ** 2, 1.0, abs_tol=1e-6)
+    assert task.latest.instruction, "task_status carries no instruction"
+    assert task.latest.episode_id
+    for cam, (img, cinfo) in cams.items():
+        assert img.latest.encoding == "rgb8"
+        pixels = image_to_numpy(img.latest)
+        assert pixels.shape == (img.latest.height, img.latest.width, 3)
+        assert pixels.std() > 1.0, f"camera {cam} shows a blank image"
+        assert (cinfo.latest.width, cinfo.latest.height) == (img.latest.width, img.latest.height)
+        assert cinfo.latest.header.frame_id == img.latest.header.frame_id
+        assert cinfo.latest.k[0] > 0 and cinfo.latest.k[4] > 0
+
+
+def _bad_chunks(info):
+    space = next(s for s in info.control_spaces if s.name == info.default_control_space)
+    ok = np.zeros((4, space.dim))
+    nan = ok.copy()
+    nan[2, 1] = float("nan")
+    inf = ok.copy()
+    inf[0, 0] = float("inf")
+    huge = ok.copy()
+    huge[1, 0] = space.upper[0] + 10 * (space.upper[0] - space.lower[0])
+    return {
+        "NaN": (space.name, nan, "non-finite"),
+        "inf": (space.name, inf, "non-finite"),
+        "wrong length": (space.name, np.zeros((4, space.dim + 1)), "values per step"),
+        "unknown control space": ("no_such_space", ok, "unknown control space"),
+        "huge step": (space.name, huge, "outside"),
+        "empty": (space.name, np.zeros((0, space.dim)), "at least one step"),
+    }
+
+
+@pytest.mark.parametrize("case", ["NaN", "inf", "wrong length", "unknown control space",
+                                  "huge step", "empty"])
+def test_bad_chunk_is_refused_and_nothing_moves(robot, probe, case):
+    space, actions, expected = _bad_chunks(robot.info)[case]
+    before = current_state(probe)
+    status, result = robot.client.execute_chunk(actions, space, timeout=30)
+    assert status == ABORTED
+    assert expected in result.message, result.message
+    assert result.steps_executed == 0
+    time.sleep(0.3)
+    assert_did_not_move(before, current_state(probe))
+    assert robot.client.info().embodiment == robot.info.embodiment, "node stopped serving"
+
+
+def test_chunk_leaving_the_workspace_is_refused_before_moving(robot, probe):
+    info = robot.info
+    space = next(s for s in info.control_spaces if s.name == info.default_control_space)
+    if not (space.relative and space.step_scale):
+        pytest.skip(f"{space.name} is not a scaled relative Cartesian space")
+    before = current_state(probe)
+    rows = np.zeros((400, space.dim))
+    rows[:, 2] = space.upper[2]  # straight up, far past the workspace ceiling
+    status, result = robot.client.execute_chunk(rows, space.name, timeout=30)
+    assert status == ABORTED
+    assert "workspace" in result.message and "z=" in result.message, result.message
+    assert_did_not_move(before, current_state(probe))
+
+
+@pytest.mark.parametrize("case", ["outside workspace", "NaN position", "zero quaternion",
+                                  "foreign frame", "negative tolerance"])
+def test_bad_move_to_is_refused_and_nothing_moves(robot, probe, case):
+    info = robot.info
+    before = current_state(probe)
+    goal = MoveTo.Goal()
+    goal.target.pose = copy.deepcopy(before.ee_pose)
+    if case == "outside workspace":
+        goal.target.pose.position.z = info.workspace_max.z + 0.5
+        expected = "workspace"
+    elif case == "NaN position":
+        goal.target.pose.position.x = float("nan")
+        expected = "non-finite"
+    elif case == "zero quaternion":
+        goal.target.pose.orientation.x = goal.target.pose.orientation.y = 0.0
+        goal.target.pose.orientation.z = goal.target.pose.orientation.w = 0.0
+        expected = "quaternion"
+    elif case == "foreign frame":
+        goal.target.header.frame_id = "camera_link"
+        expected = "base frame"
+    else:
+        goal.position_tolerance = -0.1
+        expected = "position_tolerance"
+    status, result = robot.client.send("move_to", goal).result(30)
+    assert status == ABORTED
+    assert not result.reached
+    assert expected in result.message, result.message
+    time.sleep(0.3)
+    assert_did_not_move(before, current_state(probe))
+
+
+def test_bad_gripper_width_is_refused(robot, probe):
+    before = current_state(probe)
+    status, result = robot.client.gripper(-0.01)
+    assert status == ABORTED and "outside" in result.message, result.message
+    status, result = robot.client.gripper(robot.info.gripper_max_width * 3)
+    assert status == ABORTED and "outside" in result.message, result.message
+    assert_did_not_move(before, current_state(probe))
+
+
+def _start_long_chunk(robot, steps=400):
+    space, rows = robot.spec.wiggle(robot.info, steps)
+    seen = []
+    goal = ExecuteChunk.Goal()
+    from rpent_contract.control_space import array_to_chunk
+
+    array_to_chunk(rows, space, goal.chunk)
+    run = robot.client.send("execute_chunk", goal, feedback=lambda fb: seen.append(
+        fb.feedback.step))
+    wait_until(lambda: len(seen) >= 3, 60, what="three feedback steps")
+    return run, seen
+
+
+def _assert_holds_still(probe, seconds=1.0):
+    a = current_state(probe)
+    time.sleep(seconds)
+    b = current_state(probe)
+    assert_did_not_move(a, b)
+
+
+def test_cancel_halts_within_one_control_period(robot, probe):
+    run, seen = _start_long_chunk(robot)
+    at_cancel = len(seen)
+    run.cancel()
+    status, result = run.result(30)
+    assert status == CANCELED
+    assert result.outcome == ExecuteChunk.Result.OUTCOME_CANCELED
+    # At most the step in flight when the cancel arrived (plus one feedback in transit).
+    assert result.steps_executed <= at_cancel + 2, \
+        f"{result.steps_executed} steps executed, cancel requested after {at_cancel}"
+    _assert_holds_still(probe)
+
+
+def test_stop_service_halts_and_robot_keeps_serving(robot, probe):
+    run, seen = _start_long_chunk(robot)
+    at_stop = len(seen)
+    response = robot.client.stop()
+    assert response.success, response.message
+    status, result = run.result(30)
+    assert status == ABORTED
+    assert "stop" in result.message
+    assert result.steps_executed <= at_stop + 2
+    _assert_holds_still(probe)
+    assert current_state(probe).mode == RobotState.MODE_STOPPED
+    space, rows = robot.spec.wiggle(robot.info, 2)
+    status, result = robot.client.execute_chunk(rows, space, timeout=60)
+    assert status == SUCCEEDED and result.steps_executed == 2, result.message
+
+
+def test_new_goal_preempts_the_running_one(robot, probe):
+    run, _seen = _start_long_chunk(robot)
+    space, rows = robot.spec.wiggle(robot.info, 2)
+    status2, result2 = robot.client.execute_chunk(rows, space, timeout=60)
+    status1, result1 = run.result(30)
+    assert status1 == ABORTED and "preempted" in result1.message, result1.message
+    assert result1.steps_executed < 400
+    assert status2 == SUCCEEDED and result2.steps_executed == 2
+
+
+def test_reset_restores_the_initial_state(robot, probe):
+    client = robot.client
+    response = client.reset()
+    assert response.success, response.message
+    first = current_state(probe)
+    wait_until(lambda: current_state(probe).header.stamp != first.header.stamp, 5,
+               what="a fresh robot_state")
+    initial = current_state(probe)
+    poses = client.object_poses() if "sim/get_object_poses" in robot.info.sim_services else {}
+
+    target = np.array([initial.ee_pose.position.x, initial.ee_pose.position.y,
+                       initial.ee_pose.position.z + 0.05])
+    status, result = client.move_to(target, timeout=60)
+    assert status == SUCCEEDED and result.reached, result.message
+    moved = current_state(probe)
+    assert moved.ee_pose.position.z > initial.ee_pose.position.z + 0.03
+
+    response = client.reset()
+    assert response.success, response.message
+    wait_until(lambda: current_state(probe).episode_step == 0, 10, what="episode step 0")
+    after = current_state(probe)
+    np.testing.assert_allclose(after.joint_positions, initial.joint_positions, atol=1e-3)
+    assert after.ee_pose.position.z == pytest.approx(initial.ee_pose.position.z, abs=1e-3)
+    for name, (position, _q) in poses.items():
+        np.testing.assert_allclose(client.object_poses()[name][0], position, atol=1e-3,
+                                   err_msg=f"{name} not back where it started")
+
+
+def test_reset_with_bad_arguments_is_refused(robot):
+    response = robot.client.reset(task_id=100000)
+    assert not response.success
+    assert "task" in response.message
+    assert robot.client.info().embodiment == robot.info.embodiment
