@@ -1,14 +1,12 @@
 """Shared fixtures: an isolated ROS graph, rclpy, and node processes."""
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).parent))
 
-from harness import NodeProcess, isolate_ros_graph  # noqa: E402
+from rpent_contract.processes import NodeProcess, isolate_ros_graph  # noqa: E402
 
 DOMAIN = isolate_ros_graph()
 
@@ -28,8 +26,10 @@ def node_factory(tmp_path_factory):
     started: list[NodeProcess] = []
     log_dir = tmp_path_factory.mktemp("nodes")
 
-    def start(package, executable, parameters=None, namespace="", name=None) -> NodeProcess:
-        proc = NodeProcess(package, executable, parameters or {}, log_dir, namespace, name)
+    def start(package, executable, parameters=None, namespace="", name=None,
+              params_file=None) -> NodeProcess:
+        proc = NodeProcess(package, executable, parameters or {}, log_dir, namespace, name,
+                           params_file)
         started.append(proc)
         return proc
 

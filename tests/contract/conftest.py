@@ -23,7 +23,8 @@ def robot(request, rclpy_context, node_factory):
     from rpent_contract.client import ContractTimeout, RobotClient
 
     spec: RobotUnderTest = request.param
-    proc = node_factory(spec.package, spec.executable, spec.parameters, name=spec.id)
+    proc = node_factory(spec.package, spec.executable, spec.parameters, name=spec.id,
+                        params_file=spec.params_file)
     client = RobotClient()
     try:
         info = client.wait_ready(spec.startup_timeout)

@@ -6,6 +6,8 @@ emulator it needs in ``start``).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Optional
 
 import numpy as np
 
@@ -16,8 +18,8 @@ class RobotUnderTest:
     package: str
     executable: str
     parameters: dict = field(default_factory=dict)
+    params_file: Optional[Path] = None
     startup_timeout: float = 180.0
-    marks: tuple = ()
 
     def wiggle(self, info, steps: int) -> tuple[str, np.ndarray]:
         """A chunk in the default space that moves the arm back and forth around where it is.
@@ -38,7 +40,7 @@ ROBOTS = [
         id="libero",
         package="rpent_env_sim",
         executable="libero_node",
-        parameters={"suite": "libero_object", "task_id": 0, "image_height": 128,
-                    "image_width": 128, "render_quality": "low"},
+        # The shipped config, so the suite also proves it loads and is coherent.
+        params_file=Path(__file__).resolve().parents[2] / "config" / "libero_sim.yaml",
     ),
 ]

@@ -15,7 +15,7 @@ from action_msgs.msg import GoalStatus
 from geometry_msgs.msg import PoseStamped
 from sensor_msgs.msg import CameraInfo, Image, JointState
 
-from harness import wait_until
+from rpent_contract.processes import wait_until
 from rpent_contract.images import image_to_numpy
 from rpent_contract.qos import IMAGE_QOS, LATCHED_QOS, STATE_QOS
 from rpent_interfaces.action import ExecuteChunk, MoveTo

@@ -53,7 +53,8 @@ def image_to_numpy(msg) -> np.ndarray:
         raise ImageConversionError(
             f"image step {msg.step} is smaller than width*channels*bytes = {row_bytes}"
         )
-    buf = np.frombuffer(bytes(msg.data), dtype=np.uint8)
+    # bytearray, not bytes: the result may be a view of this copy and must be writable.
+    buf = np.frombuffer(bytearray(msg.data), dtype=np.uint8)
     if buf.size < msg.step * msg.height:
         raise ImageConversionError(
             f"image data has {buf.size} bytes, expected step*height = {msg.step * msg.height}"
@@ -126,7 +127,10 @@ def compressed_to_rgb(msg) -> np.ndarray:
     """Decode a sensor_msgs/CompressedImage (jpeg/png, colour or mono) to HxWx3 uint8 RGB."""
     import cv2
 
-    decoded = cv2.imdecode(np.frombuffer(bytes(msg.data), dtype=np.uint8), cv2.IMREAD_COLOR)
+    try:
+        decoded = cv2.imdecode(np.frombuffer(bytes(msg.data), dtype=np.uint8), cv2.IMREAD_COLOR)
+    except cv2.error:  # e.g. empty data: OpenCV asserts instead of returning None
+        decoded = None
     if decoded is None:
         raise ImageConversionError(
             f"could not decode CompressedImage (format '{msg.format}', {len(msg.data)} bytes)"

@@ -101,7 +101,8 @@ def check_chunk(
     if not space.relative and space.max_step_change:
         limit = np.asarray(space.max_step_change)
         path = actions if current is None else np.vstack([np.asarray(current, float), actions])
-        jumps = np.argwhere(np.abs(np.diff(path, axis=0)) > limit)
+        # A ramp at exactly the limit must pass despite floating-point rounding.
+        jumps = np.argwhere(np.abs(np.diff(path, axis=0)) > limit * (1 + 1e-9) + 1e-12)
         if jumps.size:
             row, col = (int(i) for i in jumps[0])
             step = row if current is not None else row + 1

@@ -44,9 +44,10 @@ from .libero_sim import RENDER_QUALITIES, LiberoSim, SimObservation
 GRIPPER_OPEN, GRIPPER_CLOSE, GRIPPER_HOLD = -1.0, 1.0, 0.0
 # Franka hand: fingers travel 0.04 m each.
 GRIPPER_MAX_WIDTH = 0.08
-# The fingers have stalled (on an object or at a limit) when the width changes less than
-# this per step for STALL_STEPS consecutive steps.
-STALL_EPS, STALL_STEPS, GRIPPER_MAX_STEPS = 2e-4, 3, 40
+# The native gripper command ramps by a quarter per step, so the fingers may not move for
+# the first RAMP_STEPS steps of a reversal. After that they have stalled (on an object or at
+# a limit) when the width changes less than STALL_EPS per step for STALL_STEPS steps.
+RAMP_STEPS, STALL_EPS, STALL_STEPS, GRIPPER_MAX_STEPS = 8, 2e-4, 3, 40
 
 LIBERO_OSC_DELTA = ControlSpaceSpec(
     name="libero_osc_delta",
@@ -196,7 +197,7 @@ class LiberoDriver(RobotDriver):
             snap = self._step(np.array([0, 0, 0, 0, 0, 0, command], float), motion, steps)
             steps += 1
             hold_still = hold_still + 1 if abs(snap.gripper_width - before) < STALL_EPS else 0
-            if hold_still >= STALL_STEPS and steps > STALL_STEPS:
+            if hold_still >= STALL_STEPS and steps >= RAMP_STEPS:
                 return GripperOutcome(
                     snap.gripper_width, False, True, snap,
                     message=f"fingers stalled at {snap.gripper_width:.4f} m "

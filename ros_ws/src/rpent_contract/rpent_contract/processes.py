@@ -1,4 +1,7 @@
-"""Start real node executables as processes for tests, bounded and always cleaned up."""
+"""Run node executables as child processes: bounded start-up, logs to a file, clean stop.
+
+Used by the tests and the bench scripts; the processes get a ROS graph of their own.
+"""
 from __future__ import annotations
 
 import os
@@ -32,8 +35,11 @@ def node_executable(package: str, executable: str) -> str:
     return str(path)
 
 
-def ros_args(parameters: dict, namespace: str = "", remaps: Optional[dict] = None) -> list[str]:
+def ros_args(parameters: dict, namespace: str = "", remaps: Optional[dict] = None,
+             params_file: Optional[str] = None) -> list[str]:
     args = ["--ros-args"]
+    if params_file:
+        args += ["--params-file", str(params_file)]
     if namespace:
         args += ["-r", f"__ns:=/{namespace.strip('/')}"]
     for key, value in parameters.items():
@@ -51,10 +57,11 @@ class NodeProcess:
     """A node executable running in its own process group, its output in a log file."""
 
     def __init__(self, package: str, executable: str, parameters: dict, log_dir: Path,
-                 namespace: str = "", name: Optional[str] = None):
+                 namespace: str = "", name: Optional[str] = None,
+                 params_file: Optional[str] = None):
         self.name = name or executable
         self.log_path = Path(log_dir) / f"{self.name}.log"
-        cmd = [node_executable(package, executable)] + ros_args(parameters, namespace)
+        cmd = [node_executable(package, executable)] + ros_args(parameters, namespace, params_file=params_file)
         self._log = open(self.log_path, "w")
         self.proc = subprocess.Popen(cmd, stdout=self._log, stderr=subprocess.STDOUT,
                                      stdin=subprocess.DEVNULL, start_new_session=True)

