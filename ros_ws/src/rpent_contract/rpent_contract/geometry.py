@@ -12,10 +12,16 @@ def normalize_quaternion(q) -> np.ndarray:
     return q / n
 
 
-def quaternion_angle(q1, q2) -> float:
-    """Angle in radians of the rotation taking orientation q1 to q2 (both xyzw)."""
-    d = abs(float(np.dot(normalize_quaternion(q1), normalize_quaternion(q2))))
-    return 2.0 * float(np.arccos(min(1.0, d)))
+def quaternion_multiply(a, b) -> np.ndarray:
+    """Hamilton product a * b of x, y, z, w quaternions (apply b, then a)."""
+    ax, ay, az, aw = a
+    bx, by, bz, bw = b
+    return np.array([
+        aw * bx + ax * bw + ay * bz - az * by,
+        aw * by - ax * bz + ay * bw + az * bx,
+        aw * bz + ax * by - ay * bx + az * bw,
+        aw * bw - ax * bx - ay * by - az * bz,
+    ])
 
 
 def pose_to_msg(position, orientation, msg=None):

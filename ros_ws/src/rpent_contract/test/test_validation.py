@@ -19,7 +19,6 @@ from rpent_contract.geometry import (  # noqa: E402
     normalize_quaternion,
     pose_from_msg,
     pose_to_msg,
-    quaternion_angle,
 )
 from rpent_contract.validation import (  # noqa: E402
     GoalRejected,
@@ -390,14 +389,6 @@ def test_normalize_quaternion_and_errors():
         normalize_quaternion([0, 0, 0, 1e-12])
     with pytest.raises(ValueError, match="no orientation"):
         normalize_quaternion([np.nan, 0, 0, 1])
-
-
-def test_quaternion_angle():
-    half = math.sqrt(0.5)
-    assert math.isclose(quaternion_angle([0, 0, 0, 1], [0, 0, half, half]), math.pi / 2)
-    # q and -q are the same orientation
-    assert quaternion_angle([0, 0, half, half], [0, 0, -half, -half]) < 1e-6
-    assert quaternion_angle([0, 0, 0, 2], [0, 0, 0, 1]) < 1e-6
 
 
 def test_pose_msg_round_trip():

@@ -24,6 +24,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from rpent_contract.geometry import quaternion_multiply
+
 OSC_POSE_MAX_POS_DELTA = 0.05
 """m of goal offset per unit of action (robosuite OSC_POSE output_max[:3])."""
 OSC_POSE_MAX_ROT_DELTA = 0.5
@@ -31,20 +33,6 @@ OSC_POSE_MAX_ROT_DELTA = 0.5
 
 GRIPPER_OPEN = -1.0
 GRIPPER_CLOSE = 1.0
-
-
-def _quat_mul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """Hamilton product of x, y, z, w quaternions."""
-    ax, ay, az, aw = a
-    bx, by, bz, bw = b
-    return np.array(
-        [
-            aw * bx + ax * bw + ay * bz - az * by,
-            aw * by - ax * bz + ay * bw + az * bx,
-            aw * bz + ax * by - ay * bx + az * bw,
-            aw * bw - ax * bx - ay * by - az * bz,
-        ]
-    )
 
 
 def _unit_quat(q, name: str) -> np.ndarray:
@@ -69,7 +57,7 @@ def rotation_error(current_quat, target_quat) -> np.ndarray:
     frame both are given in (i.e. R_target @ R_current^T), shortest way round."""
     qc = _unit_quat(current_quat, "current_quat")
     qt = _unit_quat(target_quat, "target_quat")
-    q_err = _quat_mul(qt, qc * np.array([-1.0, -1.0, -1.0, 1.0]))
+    q_err = quaternion_multiply(qt, qc * np.array([-1.0, -1.0, -1.0, 1.0]))
     if q_err[3] < 0.0:
         q_err = -q_err
     sin_half = np.linalg.norm(q_err[:3])

@@ -5,6 +5,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from rpent_contract.geometry import quaternion_multiply
+
 
 from rpent_env_sim.cartesian_controller import (
     GRIPPER_CLOSE,
@@ -72,7 +74,7 @@ def test_rotation_error_is_in_the_common_frame_and_takes_the_short_way():
     # R_err = R_target R_current^T; applying it to current must give target.
     err = rotation_error(current, target)
     angle = np.linalg.norm(err)
-    composed = _quat_mul(quat_about(err, angle), current)
+    composed = quaternion_multiply(quat_about(err, angle), current)
     assert np.isclose(abs(np.dot(composed, target)), 1.0)
     np.testing.assert_allclose(rotation_error(DOWN, -DOWN), 0.0, atol=1e-12)
     np.testing.assert_allclose(
@@ -82,23 +84,10 @@ def test_rotation_error_is_in_the_common_frame_and_takes_the_short_way():
     )
 
 
-def _quat_mul(a, b):
-    ax, ay, az, aw = a
-    bx, by, bz, bw = b
-    return np.array(
-        [
-            aw * bx + ax * bw + ay * bz - az * by,
-            aw * by - ax * bz + ay * bw + az * bx,
-            aw * bz + ax * by - ay * bx + az * bw,
-            aw * bw - ax * bx - ay * by - az * bz,
-        ]
-    )
-
-
 def test_tolerance_check():
     assert within_tolerance(ORIGIN, DOWN, [0.009, 0, 0], DOWN, pos_tol=0.01)
     assert not within_tolerance(ORIGIN, DOWN, [0.011, 0, 0], DOWN, pos_tol=0.01)
-    tilted = _quat_mul(quat_about([0, 1, 0], 0.2), DOWN)
+    tilted = quaternion_multiply(quat_about([0, 1, 0], 0.2), DOWN)
     assert not within_tolerance(ORIGIN, DOWN, ORIGIN, tilted, rot_tol=0.1)
     assert within_tolerance(ORIGIN, DOWN, ORIGIN, tilted, rot_tol=0.25)
     pos_err, rot_err = pose_error(ORIGIN, DOWN, [0, 0.03, 0.04], tilted)
@@ -176,7 +165,7 @@ def test_reaches_a_point_10cm_away_within_1cm(sim, offset):
 @pytest.mark.slow
 def test_reaches_a_rotated_pose(sim):
     start = sim.reset(init_state_index=0)
-    target_quat = _quat_mul(quat_about([0, 0, 1], 0.5), start.ee_orientation)
+    target_quat = quaternion_multiply(quat_about([0, 0, 1], 0.5), start.ee_orientation)
     target_pos = start.ee_position + [0.05, 0.0, -0.05]
     obs = _drive(sim, target_pos, target_quat, 0.01, 0.05, max_steps=80)
     pos_err, rot_err = pose_error(obs.ee_position, obs.ee_orientation, target_pos, target_quat)
