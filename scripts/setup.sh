@@ -65,7 +65,12 @@ if [ ! -x "$VENV/bin/python" ] || [ "$FORCE" = 1 ]; then
   "$PY" -m venv "${VENV_ARGS[@]}" --clear "$VENV"
 fi
 VPY="$VENV/bin/python"
-pip_install() { "$VPY" -m pip install --disable-pip-version-check --progress-bar off -q "$@"; }
+# Some machines' pip configs name package mirrors that do not exist; pip warns about each
+# one per package, which buries real errors. Errors and pip's exit status pass through.
+pip_install() {
+  "$VPY" -m pip install --disable-pip-version-check --progress-bar off -q "$@" 2>&1 \
+    | { grep -v "^WARNING: Location '.*' is ignored" || true; }
+}
 
 # --- 3. ROS 2 core wheels ------------------------------------------------------------
 if [ -z "${ROS_DISTRO:-}" ]; then

@@ -61,16 +61,34 @@ class TopicProbe:
             self.latest = None
 
 
+@pytest.fixture(scope="module")
+def probe_node(robot):
+    """A node of its own for subscriptions, so that measuring rates does not compete with
+    the client's action and service traffic in one executor."""
+    import rclpy
+    from rclpy.executors import SingleThreadedExecutor
+
+    node = rclpy.create_node("contract_probe")
+    executor = SingleThreadedExecutor()
+    executor.add_node(node)
+    thread = threading.Thread(target=executor.spin, daemon=True)
+    thread.start()
+    yield node
+    executor.shutdown()
+    thread.join(5)
+    node.destroy_node()
+
+
 @pytest.fixture
-def probe(robot):
-    """Make TopicProbes on the test client's node; destroyed after the test."""
+def probe(probe_node):
+    """Make TopicProbes; their subscriptions are destroyed after the test."""
     made = []
 
     def make(msg_type, topic, qos):
-        p = TopicProbe(robot.client.node, msg_type, topic, qos)
+        p = TopicProbe(probe_node, msg_type, topic, qos)
         made.append(p)
         return p
 
     yield make
     for p in made:
-        robot.client.node.destroy_subscription(p.sub)
+        probe_node.destroy_subscription(p.sub)

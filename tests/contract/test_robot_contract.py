@@ -16,6 +16,7 @@ from geometry_msgs.msg import PoseStamped
 from sensor_msgs.msg import CameraInfo, Image, JointState
 
 from rpent_contract.processes import wait_until
+from rpent_contract.control_space import array_to_chunk
 from rpent_contract.images import image_to_numpy
 from rpent_contract.qos import IMAGE_QOS, LATCHED_QOS, STATE_QOS
 from rpent_interfaces.action import ExecuteChunk, MoveTo
@@ -25,9 +26,11 @@ SUCCEEDED, ABORTED, CANCELED = (GoalStatus.STATUS_SUCCEEDED, GoalStatus.STATUS_A
                                 GoalStatus.STATUS_CANCELED)
 
 
-def current_state(probe) -> RobotState:
+@pytest.fixture
+def current_state(probe):
+    """Returns the latest robot_state (waiting for the first one)."""
     states = probe(RobotState, "robot_state", STATE_QOS)
-    return wait_until(lambda: states.latest, 10, what="a robot_state message")
+    return lambda: wait_until(lambda: states.latest, 10, what="a robot_state message")
 
 
 def assert_did_not_move(before: RobotState, after: RobotState):
@@ -137,37 +140,37 @@ def _bad_chunks(info):
 
 @pytest.mark.parametrize("case", ["NaN", "inf", "wrong length", "unknown control space",
                                   "huge step", "empty"])
-def test_bad_chunk_is_refused_and_nothing_moves(robot, probe, case):
+def test_bad_chunk_is_refused_and_nothing_moves(robot, current_state, case):
     space, actions, expected = _bad_chunks(robot.info)[case]
-    before = current_state(probe)
+    before = current_state()
     status, result = robot.client.execute_chunk(actions, space, timeout=30)
     assert status == ABORTED
     assert expected in result.message, result.message
     assert result.steps_executed == 0
     time.sleep(0.3)
-    assert_did_not_move(before, current_state(probe))
+    assert_did_not_move(before, current_state())
     assert robot.client.info().embodiment == robot.info.embodiment, "node stopped serving"
 
 
-def test_chunk_leaving_the_workspace_is_refused_before_moving(robot, probe):
+def test_chunk_leaving_the_workspace_is_refused_before_moving(robot, current_state):
     info = robot.info
     space = next(s for s in info.control_spaces if s.name == info.default_control_space)
     if not (space.relative and space.step_scale):
         pytest.skip(f"{space.name} is not a scaled relative Cartesian space")
-    before = current_state(probe)
+    before = current_state()
     rows = np.zeros((400, space.dim))
     rows[:, 2] = space.upper[2]  # straight up, far past the workspace ceiling
     status, result = robot.client.execute_chunk(rows, space.name, timeout=30)
     assert status == ABORTED
     assert "workspace" in result.message and "z=" in result.message, result.message
-    assert_did_not_move(before, current_state(probe))
+    assert_did_not_move(before, current_state())
 
 
 @pytest.mark.parametrize("case", ["outside workspace", "NaN position", "zero quaternion",
                                   "foreign frame", "negative tolerance"])
-def test_bad_move_to_is_refused_and_nothing_moves(robot, probe, case):
+def test_bad_move_to_is_refused_and_nothing_moves(robot, current_state, case):
     info = robot.info
-    before = current_state(probe)
+    before = current_state()
     goal = MoveTo.Goal()
     goal.target.pose = copy.deepcopy(before.ee_pose)
     if case == "outside workspace":
@@ -191,24 +194,22 @@ def test_bad_move_to_is_refused_and_nothing_moves(robot, probe, case):
     assert not result.reached
     assert expected in result.message, result.message
     time.sleep(0.3)
-    assert_did_not_move(before, current_state(probe))
+    assert_did_not_move(before, current_state())
 
 
-def test_bad_gripper_width_is_refused(robot, probe):
-    before = current_state(probe)
+def test_bad_gripper_width_is_refused(robot, current_state):
+    before = current_state()
     status, result = robot.client.gripper(-0.01)
     assert status == ABORTED and "outside" in result.message, result.message
     status, result = robot.client.gripper(robot.info.gripper_max_width * 3)
     assert status == ABORTED and "outside" in result.message, result.message
-    assert_did_not_move(before, current_state(probe))
+    assert_did_not_move(before, current_state())
 
 
 def _start_long_chunk(robot, steps=400):
     space, rows = robot.spec.wiggle(robot.info, steps)
     seen = []
     goal = ExecuteChunk.Goal()
-    from rpent_contract.control_space import array_to_chunk
-
     array_to_chunk(rows, space, goal.chunk)
     run = robot.client.send("execute_chunk", goal, feedback=lambda fb: seen.append(
         fb.feedback.step))
@@ -216,14 +217,16 @@ def _start_long_chunk(robot, steps=400):
     return run, seen
 
 
-def _assert_holds_still(probe, seconds=1.0):
-    a = current_state(probe)
+def _assert_holds_still(current_state, seconds=1.0):
+    # Start from a state published after the motion ended, not one in flight before it.
+    a = wait_until(lambda: (lambda st: st if not st.active_goal else None)(current_state()), 5,
+                   what="robot_state with no active goal")
     time.sleep(seconds)
-    b = current_state(probe)
+    b = current_state()
     assert_did_not_move(a, b)
 
 
-def test_cancel_halts_within_one_control_period(robot, probe):
+def test_cancel_halts_within_one_control_period(robot, current_state):
     run, seen = _start_long_chunk(robot)
     at_cancel = len(seen)
     run.cancel()
@@ -233,10 +236,10 @@ def test_cancel_halts_within_one_control_period(robot, probe):
     # At most the step in flight when the cancel arrived (plus one feedback in transit).
     assert result.steps_executed <= at_cancel + 2, \
         f"{result.steps_executed} steps executed, cancel requested after {at_cancel}"
-    _assert_holds_still(probe)
+    _assert_holds_still(current_state)
 
 
-def test_stop_service_halts_and_robot_keeps_serving(robot, probe):
+def test_stop_service_halts_and_robot_keeps_serving(robot, current_state):
     run, seen = _start_long_chunk(robot)
     at_stop = len(seen)
     response = robot.client.stop()
@@ -245,14 +248,14 @@ def test_stop_service_halts_and_robot_keeps_serving(robot, probe):
     assert status == ABORTED
     assert "stop" in result.message
     assert result.steps_executed <= at_stop + 2
-    _assert_holds_still(probe)
-    assert current_state(probe).mode == RobotState.MODE_STOPPED
+    _assert_holds_still(current_state)
+    assert current_state().mode == RobotState.MODE_STOPPED
     space, rows = robot.spec.wiggle(robot.info, 2)
     status, result = robot.client.execute_chunk(rows, space, timeout=60)
     assert status == SUCCEEDED and result.steps_executed == 2, result.message
 
 
-def test_new_goal_preempts_the_running_one(robot, probe):
+def test_new_goal_preempts_the_running_one(robot):
     run, _seen = _start_long_chunk(robot)
     space, rows = robot.spec.wiggle(robot.info, 2)
     status2, result2 = robot.client.execute_chunk(rows, space, timeout=60)
@@ -262,27 +265,25 @@ def test_new_goal_preempts_the_running_one(robot, probe):
     assert status2 == SUCCEEDED and result2.steps_executed == 2
 
 
-def test_reset_restores_the_initial_state(robot, probe):
+def test_reset_restores_the_initial_state(robot, current_state):
     client = robot.client
     response = client.reset()
     assert response.success, response.message
-    first = current_state(probe)
-    wait_until(lambda: current_state(probe).header.stamp != first.header.stamp, 5,
-               what="a fresh robot_state")
-    initial = current_state(probe)
+    initial = wait_until(lambda: (lambda st: st if st.episode_step == 0 else None)(
+        current_state()), 10, what="robot_state of the new episode")
     poses = client.object_poses() if "sim/get_object_poses" in robot.info.sim_services else {}
 
     target = np.array([initial.ee_pose.position.x, initial.ee_pose.position.y,
                        initial.ee_pose.position.z + 0.05])
     status, result = client.move_to(target, timeout=60)
     assert status == SUCCEEDED and result.reached, result.message
-    moved = current_state(probe)
+    moved = current_state()
     assert moved.ee_pose.position.z > initial.ee_pose.position.z + 0.03
 
     response = client.reset()
     assert response.success, response.message
-    wait_until(lambda: current_state(probe).episode_step == 0, 10, what="episode step 0")
-    after = current_state(probe)
+    wait_until(lambda: current_state().episode_step == 0, 10, what="episode step 0")
+    after = current_state()
     np.testing.assert_allclose(after.joint_positions, initial.joint_positions, atol=1e-3)
     assert after.ee_pose.position.z == pytest.approx(initial.ee_pose.position.z, abs=1e-3)
     for name, (position, _q) in poses.items():

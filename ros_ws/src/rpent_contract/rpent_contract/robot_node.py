@@ -86,6 +86,7 @@ class RobotContractNode(Node):
         self._state_pub = self.create_publisher(RobotState, "robot_state", STATE_QOS)
         self._task_pub = self.create_publisher(TaskStatus, "task_status", LATCHED_QOS)
         self._last_task: Optional[tuple] = None
+        self._task_lock = threading.Lock()  # the timer and the reset service both publish
         self._image_pubs = {
             name: (self.create_publisher(Image, f"camera/{name}/image_raw", IMAGE_QOS),
                    self.create_publisher(CameraInfo, f"camera/{name}/camera_info", IMAGE_QOS))
@@ -181,9 +182,10 @@ class RobotContractNode(Node):
         t = snap.task
         key = (t.instruction, t.suite, t.task_name, t.task_id, t.episode_id, t.max_steps,
                t.success, t.native_success, t.done, int(snap.episode_step))
-        if key == self._last_task:
-            return
-        self._last_task = key
+        with self._task_lock:
+            if key == self._last_task:
+                return
+            self._last_task = key
         msg = TaskStatus()
         msg.header.stamp = self.get_clock().now().to_msg()
         msg.header.frame_id = self.base_frame
@@ -477,11 +479,7 @@ def spin_robot_node(node_class, args=None, num_threads: int = 4) -> int:
     node = None
     try:
         node = node_class()
-    except params.ParameterError as err:
-        print(f"[{node_class.__name__}] cannot start: {err}", file=sys.stderr)
-        rclpy.try_shutdown()
-        return 2
-    except ValueError as err:  # driver refused its configuration
+    except ValueError as err:  # a bad parameter, or the driver refused its configuration
         print(f"[{node_class.__name__}] cannot start: {err}", file=sys.stderr)
         rclpy.try_shutdown()
         return 2
