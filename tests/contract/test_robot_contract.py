@@ -145,6 +145,7 @@ def test_bad_chunk_is_refused_and_nothing_moves(robot, current_state, case):
     before = current_state()
     status, result = robot.client.execute_chunk(actions, space, timeout=30)
     assert status == ABORTED
+    assert result.outcome == ExecuteChunk.Result.OUTCOME_REFUSED
     assert expected in result.message, result.message
     assert result.steps_executed == 0
     time.sleep(0.3)

@@ -244,6 +244,8 @@ class RobotContractNode(Node):
     def _refuse(self, goal_handle, result, why: str, label: str):
         self.get_logger().warning(f"{label} goal refused: {why}")
         result.message = f"goal refused, nothing moved: {why}"
+        if isinstance(result, ExecuteChunk.Result):
+            result.outcome = ExecuteChunk.Result.OUTCOME_REFUSED
         goal_handle.abort()
         return result
 
@@ -402,7 +404,7 @@ class RobotContractNode(Node):
         except Exception as hold_err:
             self.get_logger().error(f"hold after failure also failed: {hold_err}")
         result.message = f"{label} failed: {err}; the robot was told to hold position"
-        if hasattr(result, "outcome"):
+        if isinstance(result, ExecuteChunk.Result):
             result.outcome = ExecuteChunk.Result.OUTCOME_FAULT
         goal_handle.abort()
         return result
