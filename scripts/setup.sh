@@ -92,12 +92,13 @@ if [ -z "${ROS_DISTRO:-}" ]; then
 fi
 
 # --- 4. Python dependencies ----------------------------------------------------------
-h=$(stage_hash "$ROOT/pyproject.toml")
+h=$(stage_hash "$ROOT/pyproject.toml" "$ROOT/scripts/requirements-nodeps.txt")
 if stage_done python-deps "$h"; then
   say "Python dependencies up to date"
 else
-  say "installing Python dependencies from pyproject.toml (LIBERO assets are large; this takes a few minutes the first time)"
+  say "installing Python dependencies from pyproject.toml (LIBERO assets and torch are large; several minutes the first time)"
   pip_install "$ROOT[test]"
+  pip_install --no-deps -r "$ROOT/scripts/requirements-nodeps.txt"
   stage_mark python-deps "$h"
 fi
 

@@ -27,9 +27,9 @@ def node_factory(tmp_path_factory):
     log_dir = tmp_path_factory.mktemp("nodes")
 
     def start(package, executable, parameters=None, namespace="", name=None,
-              params_file=None) -> NodeProcess:
+              params_file=None, remaps=None) -> NodeProcess:
         proc = NodeProcess(package, executable, parameters or {}, log_dir, namespace, name,
-                           params_file)
+                           params_file, remaps)
         started.append(proc)
         return proc
 

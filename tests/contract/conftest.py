@@ -19,21 +19,29 @@ class RobotSession:
 
 
 @pytest.fixture(scope="module", params=ROBOTS, ids=[r.id for r in ROBOTS])
-def robot(request, rclpy_context, node_factory):
+def robot(request, rclpy_context, node_factory, tmp_path_factory):
     from rpent_contract.client import ContractTimeout, RobotClient
 
     spec: RobotUnderTest = request.param
-    proc = node_factory(spec.package, spec.executable, spec.parameters, name=spec.id,
-                        params_file=spec.params_file)
-    client = RobotClient()
+    emulator = spec.emulator(tmp_path_factory.mktemp(f"{spec.id}_emulator")) \
+        if spec.emulator else None
     try:
-        info = client.wait_ready(spec.startup_timeout)
-    except ContractTimeout as err:
+        parameters = {**spec.parameters, **(emulator.parameters if emulator else {})}
+        proc = node_factory(spec.package, spec.executable, parameters, name=spec.id,
+                            params_file=spec.params_file)
+        client = RobotClient()
+        try:
+            info = client.wait_ready(spec.startup_timeout)
+        except ContractTimeout as err:
+            client.close()
+            pytest.fail(f"{spec.id} node did not come up: {err}\n--- node log ---\n"
+                        f"{proc.log_tail()}")
+        yield RobotSession(spec, proc, client, info)
         client.close()
-        pytest.fail(f"{spec.id} node did not come up: {err}\n--- node log ---\n{proc.log_tail()}")
-    yield RobotSession(spec, proc, client, info)
-    client.close()
-    assert proc.alive(), f"{spec.id} node died during the suite:\n{proc.log_tail()}"
+        assert proc.alive(), f"{spec.id} node died during the suite:\n{proc.log_tail()}"
+    finally:
+        if emulator is not None:
+            emulator.stop()
 
 
 class TopicProbe:

@@ -17,6 +17,6 @@ setup(
     description="The action-model node: predict as a ROS action streaming action chunks from policy backends.",
     license="Apache-2.0",
     entry_points={
-        "console_scripts": [],
+        "console_scripts": ["am_node = rpent_am.am_node:main"],
     },
 )

@@ -6,6 +6,8 @@ import numpy as np
 
 def normalize_quaternion(q) -> np.ndarray:
     q = np.asarray(q, dtype=np.float64)
+    if q.shape != (4,):
+        raise ValueError(f"a quaternion has 4 values (x, y, z, w), got shape {q.shape}")
     n = np.linalg.norm(q)
     if not np.isfinite(n) or n < 1e-9:
         raise ValueError(f"quaternion {q.tolist()} has no orientation (norm {n:g})")
@@ -22,6 +24,26 @@ def quaternion_multiply(a, b) -> np.ndarray:
         aw * bz + ax * by - ay * bx + az * bw,
         aw * bw - ax * bx - ay * by - az * bz,
     ])
+
+
+def rotation_error(current, target) -> np.ndarray:
+    """Axis-angle vector (rad) rotating orientation ``current`` onto ``target`` (both xyzw),
+    in the frame both are given in (R_target R_current^T), the short way round."""
+    qc, qt = normalize_quaternion(current), normalize_quaternion(target)
+    q_err = quaternion_multiply(qt, qc * np.array([-1.0, -1.0, -1.0, 1.0]))
+    if q_err[3] < 0.0:
+        q_err = -q_err
+    sin_half = np.linalg.norm(q_err[:3])
+    if sin_half < 1e-12:
+        return np.zeros(3)
+    return q_err[:3] / sin_half * 2.0 * np.arctan2(sin_half, q_err[3])
+
+
+def limit_norm(v, max_norm: float) -> np.ndarray:
+    """Scale ``v`` down to ``max_norm`` if longer: a straight path, unlike per-axis clipping."""
+    v = np.asarray(v, dtype=np.float64)
+    norm = np.linalg.norm(v)
+    return v if norm <= max_norm else v * (max_norm / norm)
 
 
 def pose_to_msg(position, orientation, msg=None):

@@ -1,12 +1,13 @@
-"""A top-down pick-and-place over two primitives: move the hand, open/close the gripper.
+"""A top-down pick-and-place as data: phases that move the hand or open/close the gripper.
 
 The plan is written once and runs on anything that offers the primitives: the robot
-contract (move_to + gripper_command), or a simulator driven directly in a test.
+contract (move_to + gripper_command), a simulator driven directly in a test, or a
+closed-loop expert policy that turns the current phase into action chunks.
 
-    1. approach  object + APPROACH_HEIGHT, open        5. carry    target + CARRY_HEIGHT
-    2. descend   object + GRASP_OFFSET                 6. lower    target + RELEASE_HEIGHT
-    3. grasp     close the gripper                     7. release  open the gripper
-    4. lift      + LIFT_HEIGHT                         8. retreat  + RETREAT_HEIGHT
+    1. approach  object + 0.12 m, open          5. carry    target + 0.20 m
+    2. descend   object origin                  6. lower    target + 0.12 m
+    3. grasp     close the gripper              7. release  open the gripper
+    4. lift      + 0.20 m                       8. retreat  + 0.10 m
 
 Object positions are the objects' body origins in the base frame (what LIBERO's
 success predicates use); for the grocery items of libero_object that is near the
@@ -15,16 +16,41 @@ Verified on libero_object task 0 for all 50 initial states.
 """
 from __future__ import annotations
 
-from typing import Callable
+import re
+from dataclasses import dataclass
+from typing import Callable, Iterable, Optional
 
 import numpy as np
 
-APPROACH_HEIGHT = 0.12
-GRASP_OFFSET = 0.0
-LIFT_HEIGHT = 0.20
-CARRY_HEIGHT = 0.20
-RELEASE_HEIGHT = 0.12
-RETREAT_HEIGHT = 0.10
+
+@dataclass(frozen=True)
+class Phase:
+    name: str
+    # "object", "target": above that object; "here": above where the previous phase ended;
+    # None: a gripper phase that does not move the hand.
+    anchor: Optional[str]
+    height: float  # m above the anchor
+    tolerance: float  # m
+    closed: bool  # gripper closed during / at the end of this phase
+
+
+PLAN = (
+    Phase("approach", "object", 0.12, 0.01, closed=False),
+    Phase("descend", "object", 0.0, 0.008, closed=False),
+    Phase("grasp", None, 0.0, 0.0, closed=True),
+    Phase("lift", "here", 0.20, 0.02, closed=True),
+    Phase("carry", "target", 0.20, 0.02, closed=True),
+    Phase("lower", "target", 0.12, 0.02, closed=True),
+    Phase("release", None, 0.0, 0.0, closed=False),
+    Phase("retreat", "here", 0.10, 0.02, closed=False),
+)
+
+
+def waypoint(phase: Phase, object_position, target_position, here) -> np.ndarray:
+    """Where a moving phase sends the hand."""
+    base = {"object": object_position, "target": target_position, "here": here}[phase.anchor]
+    return np.asarray(base, dtype=float) + np.array([0.0, 0.0, phase.height])
+
 
 # move(phase, position, tolerance_m) -> end-effector position reached
 Move = Callable[[str, np.ndarray, float], np.ndarray]
@@ -33,14 +59,28 @@ Grip = Callable[[str, bool], np.ndarray]
 
 
 def pick_and_place(object_position, target_position, move: Move, grip: Grip) -> None:
-    obj = np.asarray(object_position, dtype=float)
-    target = np.asarray(target_position, dtype=float)
-    up = np.array([0.0, 0.0, 1.0])
-    move("approach", obj + APPROACH_HEIGHT * up, 0.01)
-    move("descend", obj + GRASP_OFFSET * up, 0.008)
-    held = grip("grasp", True)
-    move("lift", held + LIFT_HEIGHT * up, 0.02)
-    move("carry", target + CARRY_HEIGHT * up, 0.02)
-    move("lower", target + RELEASE_HEIGHT * up, 0.02)
-    released = grip("release", False)
-    move("retreat", released + RETREAT_HEIGHT * up, 0.02)
+    """Run :data:`PLAN` through blocking primitives."""
+    here = None
+    for phase in PLAN:
+        if phase.anchor is None:
+            here = grip(phase.name, phase.closed)
+        else:
+            here = move(phase.name,
+                        waypoint(phase, object_position, target_position, here),
+                        phase.tolerance)
+
+
+def _spoken(name: str) -> str:
+    """'alphabet_soup_1' -> 'alphabet soup' (how instructions name simulator objects)."""
+    return re.sub(r"_\d+$", "", name).replace("_", " ").lower()
+
+
+def objects_in_instruction(instruction: str, names: Iterable[str]) -> tuple[str, str]:
+    """(object to pick, where to put it): the first and last known objects the text names."""
+    text = instruction.lower()
+    found = sorted((text.find(_spoken(n)), n) for n in names if _spoken(n) in text)
+    if len(found) < 2:
+        raise ValueError(
+            f"cannot tell what to pick and where to place it from '{instruction}'; "
+            f"name two of: {', '.join(sorted(_spoken(n) for n in names))}")
+    return found[0][1], found[-1][1]

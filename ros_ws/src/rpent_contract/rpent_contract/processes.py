@@ -58,10 +58,10 @@ class NodeProcess:
 
     def __init__(self, package: str, executable: str, parameters: dict, log_dir: Path,
                  namespace: str = "", name: Optional[str] = None,
-                 params_file: Optional[str] = None):
+                 params_file: Optional[str] = None, remaps: Optional[dict] = None):
         self.name = name or executable
         self.log_path = Path(log_dir) / f"{self.name}.log"
-        cmd = [node_executable(package, executable)] + ros_args(parameters, namespace, params_file=params_file)
+        cmd = [node_executable(package, executable)] + ros_args(parameters, namespace, remaps, params_file)
         self._log = open(self.log_path, "w")
         self.proc = subprocess.Popen(cmd, stdout=self._log, stderr=subprocess.STDOUT,
                                      stdin=subprocess.DEVNULL, start_new_session=True)

@@ -269,6 +269,7 @@ class RobotContractNode(Node):
 
         def feedback(s: RobotSnapshot, step: int):
             fb = ExecuteChunk.Feedback()
+            fb.stamp = self.get_clock().now().to_msg()
             fb.step, fb.steps_total = step, actions.shape[0]
             pose_to_msg(s.ee_position, s.ee_orientation, fb.ee_pose)
             fb.gripper_width, fb.task_success = float(s.gripper_width), bool(s.task.success)

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from rpent_contract.geometry import quaternion_multiply
+from rpent_contract.geometry import limit_norm, rotation_error
 
 OSC_POSE_MAX_POS_DELTA = 0.05
 """m of goal offset per unit of action (robosuite OSC_POSE output_max[:3])."""
@@ -35,36 +35,11 @@ GRIPPER_OPEN = -1.0
 GRIPPER_CLOSE = 1.0
 
 
-def _unit_quat(q, name: str) -> np.ndarray:
-    q = np.asarray(q, dtype=float)
-    if q.shape != (4,) or not np.all(np.isfinite(q)):
-        raise ValueError(f"{name} must be a finite quaternion (x, y, z, w), got {q!r}")
-    norm = np.linalg.norm(q)
-    if norm < 1e-9:
-        raise ValueError(f"{name} has zero norm; pass a unit quaternion (x, y, z, w)")
-    return q / norm
-
-
 def _vec3(v, name: str) -> np.ndarray:
     v = np.asarray(v, dtype=float)
     if v.shape != (3,) or not np.all(np.isfinite(v)):
         raise ValueError(f"{name} must be a finite 3-vector, got {v!r}")
     return v
-
-
-def rotation_error(current_quat, target_quat) -> np.ndarray:
-    """Axis-angle vector (rad) rotating `current` onto `target`, expressed in the
-    frame both are given in (i.e. R_target @ R_current^T), shortest way round."""
-    qc = _unit_quat(current_quat, "current_quat")
-    qt = _unit_quat(target_quat, "target_quat")
-    q_err = quaternion_multiply(qt, qc * np.array([-1.0, -1.0, -1.0, 1.0]))
-    if q_err[3] < 0.0:
-        q_err = -q_err
-    sin_half = np.linalg.norm(q_err[:3])
-    if sin_half < 1e-12:
-        return np.zeros(3)
-    angle = 2.0 * np.arctan2(sin_half, q_err[3])
-    return q_err[:3] / sin_half * angle
 
 
 def pose_error(current_pos, current_quat, target_pos, target_quat) -> tuple[float, float]:
@@ -81,12 +56,6 @@ def within_tolerance(
     """True when the pose is within pos_tol metres and rot_tol radians of the target."""
     pos_err, rot_err = pose_error(current_pos, current_quat, target_pos, target_quat)
     return pos_err <= pos_tol and rot_err <= rot_tol
-
-
-def _limit_norm(v: np.ndarray, max_norm: float) -> np.ndarray:
-    # Scale the whole vector rather than clipping per axis so the path stays straight.
-    norm = np.linalg.norm(v)
-    return v if norm <= max_norm else v * (max_norm / norm)
 
 
 def move_to(
@@ -116,10 +85,10 @@ def move_to(
         )
     if not np.isfinite(gripper):
         raise ValueError(f"gripper must be finite (-1 open, +1 close), got {gripper}")
-    pos_delta = _limit_norm(
+    pos_delta = limit_norm(
         _vec3(target_pos, "target_pos") - _vec3(current_pos, "current_pos"), max_pos_step
     )
-    rot_delta = _limit_norm(rotation_error(current_quat, target_quat), max_rot_step)
+    rot_delta = limit_norm(rotation_error(current_quat, target_quat), max_rot_step)
     action = np.concatenate(
         [
             pos_delta / OSC_POSE_MAX_POS_DELTA,

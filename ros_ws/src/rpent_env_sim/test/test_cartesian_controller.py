@@ -99,7 +99,7 @@ def test_tolerance_check():
     [
         ({"target_pos": [0, 0]}, "target_pos"),
         ({"target_pos": [0, np.nan, 0]}, "target_pos"),
-        ({"target_quat": [0, 0, 0, 0]}, "zero norm"),
+        ({"target_quat": [0, 0, 0, 0]}, "no orientation"),
         ({"gripper": np.inf}, "gripper"),
         ({"max_pos_step": 0.2}, "max_pos_step"),
         ({"max_rot_step": 0.0}, "max_rot_step"),

@@ -1,0 +1,355 @@
+"""Action-model node: serves ``predict`` (streamed action chunks), ``get_model_meta``, ``reset``.
+
+    ros2 run rpent_am am_node --ros-args -p backend:=scripted -p robot_namespace:=robot1
+
+Its endpoints are private names (``action_model/predict`` ...): a robot's ``reset``
+(ResetEpisode) and the model's ``reset`` (ResetPolicy) must never share a name, and one
+model node can serve several robots in their own namespaces.
+
+The model sits behind a :class:`~rpent_am.policy.PolicyBackend`. Observations come with
+the goal, or from the latest contract topics of the robot (``robot_state`` and the model's
+cameras) in ``robot_namespace``. Every chunk is checked against the model's metadata
+before it leaves the node; a failing backend fails the goal, never the node.
+"""
+from __future__ import annotations
+
+import sys
+import threading
+import time
+import traceback
+import uuid
+from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import TimeoutError as FutureTimeout
+from typing import Optional
+
+import numpy as np
+import rclpy
+from rclpy.action import ActionServer, CancelResponse, GoalResponse
+from rclpy.callback_groups import ReentrantCallbackGroup
+from rclpy.executors import ExternalShutdownException, MultiThreadedExecutor
+from rclpy.node import Node
+from sensor_msgs.msg import Image
+
+from rpent_contract import params
+from rpent_contract.control_space import ControlSpaceSpec, array_to_chunk
+from rpent_contract.geometry import pose_from_msg
+from rpent_contract.images import image_to_numpy, to_rgb
+from rpent_contract.qos import IMAGE_QOS, STATE_QOS
+from rpent_contract.robot_node import OBJECT_POSES_SERVICE
+from rpent_contract.validation import GoalRejected, check_chunk
+from rpent_interfaces.action import Predict
+from rpent_interfaces.msg import RobotState
+from rpent_interfaces.srv import GetModelMeta, GetObjectPoses, GetRobotInfo, ResetPolicy
+
+from .backends import BACKENDS, make_backend
+from .observation import (
+    ObservationError,
+    check_chunk_shape,
+    check_observation,
+    from_msg,
+    state_from_robot_state,
+)
+from .policy import BackendError, PolicyBackend, PolicyObservation
+
+
+
+def _ns(namespace: str, name: str) -> str:
+    namespace = namespace.strip("/")
+    return f"/{namespace}/{name}" if namespace else name
+
+
+class LatestObservation:
+    """The newest robot_state and camera frames of one robot, as a PolicyObservation."""
+
+    def __init__(self, node: Node, namespace: str, cameras, group):
+        self._lock = threading.Condition()
+        self._state: Optional[RobotState] = None
+        self._images: dict = {}
+        self._subs = [node.create_subscription(
+            RobotState, _ns(namespace, "robot_state"), self._on_state, STATE_QOS,
+            callback_group=group)]
+        for cam in cameras:
+            self._subs.append(node.create_subscription(
+                Image, _ns(namespace, f"camera/{cam}/image_raw"),
+                lambda msg, cam=cam: self._on_image(cam, msg), IMAGE_QOS, callback_group=group))
+        self.namespace = namespace
+
+    def _on_state(self, msg):
+        with self._lock:
+            self._state = msg
+            self._lock.notify_all()
+
+    def _on_image(self, cam, msg):
+        with self._lock:
+            self._images[cam] = msg
+
+    def wait_newer(self, after_ns: int, cameras, state_names, timeout: float) -> PolicyObservation:
+        """Block until a robot_state newer than ``after_ns`` (and every camera) has arrived."""
+        deadline = time.monotonic() + timeout
+
+        def ready():
+            s = self._state
+            return s is not None and _stamp_ns(s.header.stamp) > after_ns and \
+                all(c in self._images for c in cameras)
+
+        with self._lock:
+            while not ready():
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    where = self.namespace or "the node's namespace"
+                    raise ObservationError(
+                        f"no fresh robot_state{' and camera images' if cameras else ''} from "
+                        f"the robot in {where} within {timeout:g} s; is the robot node running "
+                        "(ros2 topic hz robot_state)?")
+                self._lock.wait(left)
+            state, images = self._state, dict(self._images)
+        return PolicyObservation(
+            images={c: to_rgb(image_to_numpy(images[c]), images[c].encoding) for c in cameras},
+            state=state_from_robot_state(state, state_names),
+            state_names=list(state_names), stamp_ns=_stamp_ns(state.header.stamp))
+
+
+def _stamp_ns(stamp) -> int:
+    return stamp.sec * 1_000_000_000 + stamp.nanosec
+
+
+class ActionModelNode(Node):
+    """``backend``: serve this PolicyBackend instead of the one the parameters select
+    (to put your own model behind the standard node from Python)."""
+
+    def __init__(self, backend: Optional[PolicyBackend] = None, **node_kwargs):
+        super().__init__("action_model", **node_kwargs)
+        d = lambda *a, **k: params.declare(self, *a, **k)  # noqa: E731
+        self.backend_name = d("backend", "scripted", "Policy backend", params.one_of(*BACKENDS))
+        self.robot_namespace = d(
+            "robot_namespace", "", "Namespace of the robot whose topics give the latest "
+            "observation (goals may name another)")
+        self.robot_wait = d("robot_wait_timeout", 60.0,
+                            "s to wait at start-up for the robot's get_robot_info",
+                            params.positive)
+        self._client_group = ReentrantCallbackGroup()
+        self.backend: PolicyBackend = backend or self._make_backend(d)
+        meta = self.backend.meta
+        self.meta = meta
+        self._model = ThreadPoolExecutor(max_workers=1, thread_name_prefix="model")
+        self._latest: dict[str, LatestObservation] = {}
+        self._latest_lock = threading.Lock()
+        self._cancel: dict[bytes, threading.Event] = {}
+
+        group = ReentrantCallbackGroup()
+        self._server = ActionServer(
+            self, Predict, "~/predict", execute_callback=self._predict,
+            goal_callback=lambda _g: GoalResponse.ACCEPT, cancel_callback=self._on_cancel,
+            callback_group=group)
+        self.create_service(GetModelMeta, "~/get_model_meta", self._get_meta, callback_group=group)
+        self.create_service(ResetPolicy, "~/reset", self._reset, callback_group=group)
+        self.get_logger().info(
+            f"{meta.backend} model ready: {meta.checkpoint} ({meta.checkpoint_id}), "
+            f"{meta.chunk_size} x {meta.action_space.dim} in '{meta.action_space.name}', "
+            f"cameras {list(meta.required_cameras)}")
+
+    # --- backends ----------------------------------------------------------------------
+    def _make_backend(self, d) -> PolicyBackend:
+        # Every model's chunks must fit a control space the robot declares; the node takes
+        # that space's definition (bounds, scales) from the robot itself.
+        space_name = d("action_space", "libero_osc_delta", "Robot control space the model drives")
+        space, rate = self._robot_space(space_name)
+        return make_backend(self.backend_name, d, space, rate, self._object_poses)
+
+    def _call(self, srv_type, name: str, timeout: float, what: str):
+        client = self.create_client(srv_type, _ns(self.robot_namespace, name),
+                                    callback_group=self._client_group)
+        try:
+            if not client.wait_for_service(timeout_sec=timeout):
+                raise BackendError(f"{what}: service {client.srv_name} not available after "
+                                   f"{timeout:g} s; start the robot node first")
+            future = client.call_async(srv_type.Request())
+            if self.executor is None:  # still constructing: nobody else spins this node yet
+                rclpy.spin_until_future_complete(self, future, timeout_sec=timeout)
+            else:
+                done = threading.Event()
+                future.add_done_callback(lambda _f: done.set())
+                done.wait(timeout)
+            if not future.done():
+                raise BackendError(f"{what}: {client.srv_name} did not answer in {timeout:g} s")
+            return future.result()
+        finally:
+            self.destroy_client(client)
+
+    def _robot_space(self, space_name: str):
+        info = self._call(GetRobotInfo, "get_robot_info", self.robot_wait, "action model")
+        for space in info.control_spaces:
+            if space.name == space_name:
+                return ControlSpaceSpec.from_msg(space), info.control_rate
+        raise params.ParameterError(
+            f"parameter 'action_space' = '{space_name}': the robot offers "
+            f"{', '.join(s.name for s in info.control_spaces)}")
+
+    def _object_poses(self) -> dict:
+        response = self._call(GetObjectPoses, OBJECT_POSES_SERVICE, 10.0, "object poses")
+        return {n: pose_from_msg(p.pose) for n, p in zip(response.names, response.poses)}
+
+    # --- observations --------------------------------------------------------------------
+    def _observation_source(self, namespace: str) -> LatestObservation:
+        with self._latest_lock:
+            if namespace not in self._latest:
+                self._latest[namespace] = LatestObservation(
+                    self, namespace, self.meta.required_cameras, ReentrantCallbackGroup())
+            return self._latest[namespace]
+
+    # --- predict -------------------------------------------------------------------------
+    def _on_cancel(self, goal_handle) -> CancelResponse:
+        event = self._cancel.get(bytes(goal_handle.goal_id.uuid))
+        if event is not None:
+            event.set()
+        return CancelResponse.ACCEPT
+
+    def _infer(self, obs: PolicyObservation, instruction: str, session: str,
+               timeout: float) -> tuple[np.ndarray, float]:
+        def run():
+            started = time.perf_counter()
+            actions = self.backend.predict(obs, instruction, session)
+            return actions, (time.perf_counter() - started) * 1e3
+
+        future = self._model.submit(run)
+        try:
+            actions, ms = future.result(timeout=timeout)
+        except FutureTimeout:
+            raise BackendError(
+                f"the {self.meta.backend} backend did not answer within {timeout:g} s; "
+                "raise the goal's timeout or check the model server") from None
+        actions = check_chunk_shape(actions, self.meta)
+        try:
+            check_chunk(actions, self.meta.action_space.name, [self.meta.action_space],
+                        max_horizon=max(len(actions), 1))
+        except GoalRejected as err:
+            raise BackendError(f"backend chunk is out of its own action space: {err}") from None
+        return actions, ms
+
+    def _predict(self, goal_handle):
+        goal, result = goal_handle.request, Predict.Result()
+        uid = bytes(goal_handle.goal_id.uuid)
+        cancel = self._cancel.setdefault(uid, threading.Event())
+        session = goal.client_id or uuid.UUID(bytes=uid).hex
+        timeout = goal.timeout or self.meta.default_timeout
+        given = len(goal.observation.images) > 0 or len(goal.observation.state) > 0
+        stream = goal.mode == Predict.Goal.MODE_STREAM
+        source = None if given else self._observation_source(
+            goal.robot_namespace or self.robot_namespace)
+        inference, last_obs_ns, chunk_msg = [], -1, None
+        try:
+            if goal.mode not in (Predict.Goal.MODE_SINGLE, Predict.Goal.MODE_STREAM):
+                raise ObservationError(f"unknown mode {goal.mode}; use MODE_SINGLE or MODE_STREAM")
+            if stream and given:
+                raise ObservationError("stream mode predicts from the robot's latest "
+                                       "observations; leave the goal's observation empty")
+            while not cancel.is_set() and rclpy.ok():
+                if given:
+                    obs = from_msg(goal.observation)
+                else:
+                    obs = source.wait_newer(last_obs_ns, self.meta.required_cameras,
+                                            self.meta.state_names, timeout)
+                obs = check_observation(obs, self.meta)
+                last_obs_ns = obs.stamp_ns
+                actions, ms = self._infer(obs, goal.instruction, session, timeout)
+                inference.append(ms)
+                chunk_msg = self._chunk_msg(actions, len(inference) - 1, obs.stamp_ns, ms)
+                if not stream:
+                    break
+                goal_handle.publish_feedback(Predict.Feedback(chunk=chunk_msg))
+                if goal.max_chunks and len(inference) >= goal.max_chunks:
+                    break
+        except (ObservationError, BackendError) as err:
+            return self._fail(goal_handle, result, str(err), inference, chunk_msg)
+        except Exception as err:  # a backend bug must not take the node down
+            self.get_logger().error(f"predict failed: {err}\n{traceback.format_exc()}")
+            return self._fail(goal_handle, result, f"backend error: {err}", inference, chunk_msg)
+        finally:
+            self._cancel.pop(uid, None)
+        self._fill(result, inference, chunk_msg)
+        if cancel.is_set() and goal_handle.is_cancel_requested:
+            result.message = f"canceled after {len(inference)} chunk(s)"
+            goal_handle.canceled()
+        else:
+            result.message = f"{len(inference)} chunk(s)"
+            goal_handle.succeed()
+        return result
+
+    def _chunk_msg(self, actions, sequence: int, obs_ns: int, ms: float):
+        msg = array_to_chunk(actions, self.meta.action_space.name)
+        msg.header.stamp = self.get_clock().now().to_msg()
+        msg.header.frame_id = self.meta.action_space.frame_id
+        msg.sequence = sequence
+        msg.observation_stamp.sec, msg.observation_stamp.nanosec = divmod(obs_ns, 1_000_000_000)
+        msg.step_period = 1.0 / self.meta.control_rate
+        msg.inference_ms = float(ms)
+        return msg
+
+    @staticmethod
+    def _fill(result, inference, chunk_msg):
+        result.chunks = len(inference)
+        if chunk_msg is not None:
+            result.last_chunk = chunk_msg
+        if inference:
+            result.mean_inference_ms = float(np.mean(inference))
+            result.max_inference_ms = float(np.max(inference))
+
+    def _fail(self, goal_handle, result, message, inference, chunk_msg):
+        self.get_logger().warning(f"predict failed: {message}")
+        self._fill(result, inference, chunk_msg)
+        result.message = message
+        goal_handle.abort()
+        return result
+
+    # --- services ------------------------------------------------------------------------
+    def _get_meta(self, _request, response):
+        m = self.meta
+        response.backend, response.checkpoint, response.checkpoint_id = (
+            m.backend, m.checkpoint, m.checkpoint_id)
+        response.action_space = m.action_space.to_msg()
+        response.chunk_size = int(m.chunk_size)
+        response.required_cameras = list(m.required_cameras)
+        response.state_names = list(m.state_names)
+        response.image_height, response.image_width = int(m.image_height), int(m.image_width)
+        response.control_rate = float(m.control_rate)
+        response.default_timeout = float(m.default_timeout)
+        return response
+
+    def _reset(self, request, response):
+        try:
+            self.backend.reset(request.client_id or None)
+        except Exception as err:
+            response.success, response.message = False, f"reset failed: {err}"
+            return response
+        response.success = True
+        response.message = (f"cleared the policy state of '{request.client_id}'"
+                            if request.client_id else "cleared every client's policy state")
+        return response
+
+    def close(self):
+        self._model.shutdown(wait=False)
+        self.backend.close()
+
+
+def main(args=None, backend: Optional[PolicyBackend] = None):
+    rclpy.init(args=args)
+    try:
+        node = ActionModelNode(backend)
+    except (ValueError, BackendError) as err:
+        print(f"[action_model] cannot start: {err}", file=sys.stderr)
+        rclpy.try_shutdown()
+        raise SystemExit(2)
+    executor = MultiThreadedExecutor(num_threads=6)
+    executor.add_node(node)
+    try:
+        executor.spin()
+    except (KeyboardInterrupt, ExternalShutdownException):
+        pass
+    finally:
+        node.close()
+        node.destroy_node()
+        rclpy.try_shutdown()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,82 @@
+"""Policy backends; the node builds one by name (parameter ``backend``).
+
+Each backend's parameters are declared only when it is selected, so ``ros2 param list``
+shows what the running model actually uses. Heavy imports (torch, LeRobot, openpi-client)
+happen here, not at node import, so a scripted or remote model needs none of them.
+"""
+from __future__ import annotations
+
+from typing import Callable
+
+from rpent_contract import params
+from rpent_contract.control_space import ControlSpaceSpec
+
+from ..policy import PolicyBackend
+
+BACKENDS = ("scripted", "lerobot", "openpi", "rpent_http")
+LIBERO_CAMERAS = ["agentview=observation/image", "robot0_eye_in_hand=observation/wrist_image"]
+
+
+def _mapping(entries) -> dict:
+    """["contract_camera=model_key", ...] -> dict, refusing malformed entries."""
+    pairs = [e.split("=", 1) for e in entries]
+    bad = [e for e, p in zip(entries, pairs) if len(p) != 2 or not p[0] or not p[1]]
+    if bad:
+        raise params.ParameterError(
+            f"camera mapping entries must look like 'agentview=observation.images.image', "
+            f"got {bad}")
+    return dict(pairs)
+
+
+def make_backend(name: str, declare: Callable, space: ControlSpaceSpec, control_rate: float,
+                 object_poses: Callable[[], dict]) -> PolicyBackend:
+    """Declare ``name``'s parameters with ``declare`` and build it for ``space``."""
+    d = declare
+    chunk = d("chunk_size", 10 if name == "scripted" else 0,
+              "Steps per chunk; 0 = what the model produces",
+              lambda v: None if v >= 0 else "must be >= 0")
+    if name == "scripted":
+        from .scripted import ScriptedPickPlace
+
+        return ScriptedPickPlace(space, object_poses, chunk_size=chunk or 10,
+                                 control_rate=control_rate)
+    timeout = d("timeout", 30.0, "s a single inference may take", params.positive)
+    if name == "lerobot":
+        from .lerobot_backend import LeRobotBackend
+
+        return LeRobotBackend(
+            d("checkpoint", "", "LeRobot checkpoint folder (save_pretrained output)",
+              lambda v: None if v else "set it to the folder with config.json"),
+            action_space=space,
+            cameras=_mapping(d("cameras", ["agentview=observation.images.image"],
+                               "contract_camera=policy_feature pairs")),
+            state_names=d("state_names", ["ee_x", "ee_y", "ee_z", "gripper_width"],
+                          "robot_state entries forming observation.state, in order"),
+            chunk_size=chunk, device=d("device", "", "torch device; empty = cuda if "
+                                       "available, else cpu") or None,
+            control_rate=control_rate, timeout=timeout)
+    if name == "openpi":
+        from .openpi_backend import OpenPIBackend
+
+        host, _, port = d("endpoint", "127.0.0.1:8000", "host:port of the OpenPI server",
+                          lambda v: None if ":" in v else "write host:port").rpartition(":")
+        return OpenPIBackend(
+            host, int(port), action_space=space, chunk_size=chunk,
+            cameras=_mapping(d("cameras", LIBERO_CAMERAS, "contract_camera=openpi_key pairs")),
+            state_names=d("state_names", ["ee_x", "ee_y", "ee_z", "ee_qx", "ee_qy", "ee_qz",
+                                          "ee_qw", "gripper_width"],
+                          "robot_state entries forming the state vector"),
+            image_size=d("image_size", 224, "px the images are resized (padded) to; 0 = as is",
+                         lambda v: None if v >= 0 else "must be >= 0"),
+            timeout=timeout, control_rate=control_rate)
+    if name == "rpent_http":
+        from .rpent_http import RpentHttpBackend
+
+        return RpentHttpBackend(
+            d("endpoint", "http://127.0.0.1:8220", "URL of the RPent VLA server",
+              lambda v: None if v.startswith(("http://", "https://")) else "write http://..."),
+            action_space=space, chunk_size=chunk,
+            cameras=_mapping(d("cameras", ["agentview=agentview"],
+                               "contract_camera=server_image_key pairs")),
+            control_rate=control_rate, timeout=timeout)
+    raise params.ParameterError(f"unknown backend '{name}'; choose one of {', '.join(BACKENDS)}")

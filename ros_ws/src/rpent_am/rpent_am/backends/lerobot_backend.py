@@ -1,0 +1,172 @@
+"""Any LeRobot policy from a local checkpoint folder, through LeRobot's own loading path.
+
+The folder is what ``policy.save_pretrained`` and the processors' ``save_pretrained``
+write (``config.json``, ``model.safetensors``, ``policy_preprocessor.json`` /
+``policy_postprocessor.json`` and their state files). Loading follows LeRobot:
+``PreTrainedConfig.from_pretrained`` -> ``get_policy_class(type).from_pretrained`` and
+``make_pre_post_processors(cfg, pretrained_path=...)``. Nothing is fetched from a hub.
+
+One ``predict`` = LeRobot's chunk inference as its own async policy server runs it:
+``prepare_observation_for_inference`` (HWC uint8 -> CHW float in [0, 1], batch of one,
+``task``) -> pre-processor -> ``predict_action_chunk`` -> post-processor per step. The
+chunk is cut to the policy's ``n_action_steps`` (what it would execute open-loop), or to
+``chunk_size`` when configured.
+
+Which contract data feeds which policy feature is configuration: ``cameras`` maps a
+contract camera to a visual feature key (``observation.images.<x>``), ``state_names``
+lists the contract state entries forming ``observation.state`` in order, and the
+instruction becomes ``task``.
+
+Sessions: every session gets its own policy object that shares the weights (parameters
+and buffers) of the loaded one but owns LeRobot's per-episode state (the observation
+queues some policies keep inside ``predict_action_chunk``), so clients do not disturb one
+another. ``reset(session)`` drops that object; the next predict starts from a fresh one.
+Policies whose ``predict_action_chunk`` reads an observation history that only
+``select_action`` records (diffusion, vqbet, tdmpc) are refused at load.
+"""
+from __future__ import annotations
+
+import copy
+import itertools
+import threading
+from pathlib import Path
+from typing import Mapping, Optional, Sequence
+
+import numpy as np
+import torch
+from lerobot.configs.policies import PreTrainedConfig
+from lerobot.configs.types import FeatureType
+from lerobot.policies.factory import get_policy_class, make_pre_post_processors
+from lerobot.policies.utils import prepare_observation_for_inference
+from lerobot.utils.constants import ACTION, OBS_STATE
+
+from rpent_contract.control_space import ControlSpaceSpec
+
+from ..policy import BackendError, ModelMeta, PolicyBackend, PolicyObservation
+from .rpent_http import actions_array
+
+HISTORY_FROM_SELECT_ACTION = ("diffusion", "vqbet", "tdmpc")
+
+
+class LeRobotBackend(PolicyBackend):
+    def __init__(self, checkpoint: str, *, action_space: ControlSpaceSpec,
+                 cameras: Mapping[str, str], state_names: Sequence[str] = (),
+                 chunk_size: int = 0, device: Optional[str] = None,
+                 control_rate: float = 20.0, timeout: float = 30.0):
+        path = Path(checkpoint).expanduser()
+        if not (path / "config.json").is_file():
+            raise BackendError(f"'{checkpoint}' is not a LeRobot checkpoint folder (no "
+                               f"config.json): pass the folder save_pretrained wrote")
+        try:
+            cfg = PreTrainedConfig.from_pretrained(str(path), local_files_only=True)
+        except Exception as exc:  # draccus/JSON errors of every kind: say which file
+            raise BackendError(f"cannot read {path / 'config.json'}: {exc}") from exc
+        if cfg.type in HISTORY_FROM_SELECT_ACTION:
+            raise BackendError(
+                f"LeRobot '{cfg.type}' policies build their observation history in "
+                f"select_action, which chunk-level serving does not call; use a chunking "
+                f"policy (act, pi0, pi05, smolvla, groot, ...)")
+        if device:
+            cfg.device = device
+        self._check_features(cfg, cameras, state_names, action_space)
+        try:
+            self._policy = get_policy_class(cfg.type).from_pretrained(
+                str(path), config=cfg, local_files_only=True)
+            self._pre, self._post = make_pre_post_processors(
+                cfg, pretrained_path=str(path),
+                preprocessor_overrides={"device_processor": {"device": cfg.device}})
+        except (OSError, ValueError, KeyError, RuntimeError) as exc:
+            raise BackendError(
+                f"cannot load the LeRobot {cfg.type} policy from {path} ({exc}): the folder "
+                f"needs the weights and the policy_preprocessor/postprocessor files that "
+                f"save_pretrained writes") from exc
+        self._policy.eval()
+        self._device = torch.device(cfg.device)
+        self._cameras, self._state_names = dict(cameras), tuple(state_names)
+        steps = getattr(cfg, "n_action_steps", 0) or getattr(cfg, "chunk_size", 0)
+        self._chunk_size = chunk_size or steps
+        self._space = action_space
+        self._sessions: dict = {}
+        # One model: predictions take turns, and the session table changes under the lock.
+        self._lock = threading.Lock()
+        shapes = {tuple(cfg.input_features[key].shape) for key in self._cameras.values()}
+        height, width = (shapes.pop()[1:] if len(shapes) == 1 else (0, 0))
+        self._meta = ModelMeta(
+            backend="lerobot", checkpoint=str(path), checkpoint_id=f"{cfg.type}:{path.name}",
+            action_space=action_space, chunk_size=self._chunk_size,
+            required_cameras=tuple(self._cameras), state_names=self._state_names,
+            image_height=height, image_width=width, control_rate=control_rate,
+            default_timeout=timeout, extra={"policy_type": cfg.type, "device": cfg.device})
+
+    @staticmethod
+    def _check_features(cfg, cameras, state_names, action_space) -> None:
+        visual = {k for k, f in cfg.input_features.items() if f.type is FeatureType.VISUAL}
+        if set(cameras.values()) != visual:
+            raise BackendError(
+                f"cameras={dict(cameras)} must map one contract camera to each visual feature "
+                f"of the policy: {', '.join(sorted(visual)) or 'none'}")
+        state = cfg.input_features.get(OBS_STATE)
+        wanted = state.shape[0] if state is not None else 0
+        if len(state_names) != wanted:
+            raise BackendError(f"the policy's {OBS_STATE} has {wanted} entries; state_names "
+                               f"lists {len(state_names)}: {', '.join(state_names) or 'none'}")
+        action = cfg.output_features.get(ACTION)
+        if action is None or action.shape[0] != action_space.dim:
+            raise BackendError(
+                f"the policy's {ACTION} has shape {action.shape if action else None}; the "
+                f"action space '{action_space.name}' has {action_space.dim} entries")
+        other = set(cfg.input_features) - visual - {OBS_STATE}
+        if other:
+            raise BackendError(f"the policy also needs {', '.join(sorted(other))}, which no "
+                               f"contract observation provides")
+
+    @property
+    def meta(self) -> ModelMeta:
+        return self._meta
+
+    def _session_policy(self, session: str):
+        policy = self._sessions.get(session)
+        if policy is None:
+            shared = itertools.chain(self._policy.parameters(), self._policy.buffers())
+            policy = copy.deepcopy(self._policy, memo={id(t): t for t in shared})
+            policy.reset()
+            self._sessions[session] = policy
+        return policy
+
+    def predict(self, observation: PolicyObservation, instruction: str,
+                session: str) -> np.ndarray:
+        frame = {}
+        for cam, key in self._cameras.items():
+            if cam not in observation.images:
+                raise BackendError(f"observation lacks camera '{cam}' that feeds {key} (has: "
+                                   f"{', '.join(observation.images)})")
+            frame[key] = np.ascontiguousarray(observation.images[cam])
+        if self._state_names:
+            frame[OBS_STATE] = np.array([observation.value(n) for n in self._state_names],
+                                        dtype=np.float32)
+        with self._lock:
+            policy = self._session_policy(session)
+            try:
+                with torch.inference_mode():
+                    batch = self._pre(prepare_observation_for_inference(
+                        frame, self._device, task=instruction))
+                    chunk = policy.predict_action_chunk(batch)[:, : self._chunk_size]
+                    rows = [self._post(chunk[:, i]) for i in range(chunk.shape[1])]
+            except NotImplementedError as exc:
+                raise BackendError(f"this LeRobot policy predicts no action chunks ({exc})") \
+                    from None
+            except (RuntimeError, ValueError, KeyError) as exc:
+                raise BackendError(f"LeRobot inference failed ({exc}): check that cameras and "
+                                   f"state_names match what the policy was trained on") from exc
+        actions = torch.stack(rows, dim=1)[0].float().cpu().numpy()
+        return actions_array(actions, self._space.dim, "the LeRobot policy")
+
+    def reset(self, session: Optional[str] = None) -> None:
+        with self._lock:
+            if session is None:
+                self._sessions.clear()
+            else:
+                self._sessions.pop(session, None)
+
+    def close(self) -> None:
+        self.reset()

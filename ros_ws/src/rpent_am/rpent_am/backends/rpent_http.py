@@ -1,0 +1,440 @@
+"""RPent's HTTP action-model transport: a client backend and a server around any backend.
+
+The original RPent serves VLA models (e.g. ``pi05_vla_server --transport http``) as
+"JSON over POST /call": every call names an RPC route (``vla.predict``, the optional
+``vla.get_model_meta``) and the server also answers a health check. The public
+documentation names the routes and the transport but not the JSON body, so the body
+below is an assumption, chosen to follow what that documentation does spell out for
+the sibling WAM contract ("requests contain images, state, instruction ...;
+predictions contain actions"):
+
+    POST <endpoint>/call
+      {"method": "vla.predict",
+       "params": {"images": {"<camera>": "<base64 PNG>", ...},
+                  "state": [float, ...], "state_names": [str, ...],
+                  "instruction": "<text>"},
+       "session": "<session id>"}
+    -> 200 {"result": {"actions": [[float, ...], ...]}}      (horizon x action_dim)
+    -> 4xx/5xx {"error": "<message>"}
+
+    POST <endpoint>/call {"method": "vla.get_model_meta", "params": {}}
+    -> 200 {"result": {<ModelMeta fields; action_space as a ControlSpaceSpec dict>}}
+    POST <endpoint>/call {"method": "vla.reset_session", "params": {}, "session": "<id>"}
+    GET  <endpoint>/healthz -> 200 {"status": "ok"}
+
+Every name above lives in :class:`RpentHttpWire`; pointing the client at a server that
+spells them differently is a matter of passing another ``RpentHttpWire``. A server that
+does not know ``vla.get_model_meta`` (it is optional in RPent) leaves the metadata to the
+client's configuration; one that does not know ``vla.reset_session`` is stateless.
+``session`` travels in the envelope, outside ``params``, so a server that does not
+isolate sessions can ignore it.
+
+:class:`RpentHttpServer` speaks the same protocol around any :class:`PolicyBackend`. It
+is the protocol-level peer for the client's tests and the HTTP+JSON+PNG side of the
+transport benchmark.
+"""
+from __future__ import annotations
+
+import base64
+import dataclasses
+import http.client
+import json
+import socket
+import threading
+from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Mapping, Optional
+from urllib.parse import urlsplit
+
+import cv2
+import numpy as np
+
+from rpent_contract.control_space import ControlSpaceSpec
+
+from ..policy import BackendError, ModelMeta, PolicyBackend, PolicyObservation
+
+
+@dataclass(frozen=True)
+class RpentHttpWire:
+    """Every path, route and field name of the protocol (see the module docstring)."""
+
+    call_path: str = "/call"
+    health_path: str = "/healthz"
+    predict_method: str = "vla.predict"
+    meta_method: str = "vla.get_model_meta"
+    reset_method: str = "vla.reset_session"
+    method: str = "method"
+    params: str = "params"
+    session: str = "session"
+    result: str = "result"
+    error: str = "error"
+    images: str = "images"
+    state: str = "state"
+    state_names: str = "state_names"
+    instruction: str = "instruction"
+    actions: str = "actions"
+
+
+# A server without a route answers with this status; the client then falls back to its
+# own configuration (metadata) or treats the model as stateless (reset).
+_UNKNOWN_METHOD_STATUS = 404
+
+
+def encode_png(image: np.ndarray) -> str:
+    """HxWx3 uint8 RGB -> base64 PNG text."""
+    image = np.asarray(image)
+    if image.dtype != np.uint8 or image.ndim != 3 or image.shape[2] != 3:
+        raise BackendError(f"images must be HxWx3 uint8 RGB, got {image.dtype} {image.shape}")
+    ok, png = cv2.imencode(".png", cv2.cvtColor(image, cv2.COLOR_RGB2BGR))
+    if not ok:
+        raise BackendError("PNG encoding failed")
+    return base64.b64encode(png.tobytes()).decode("ascii")
+
+
+def decode_png(text: str) -> np.ndarray:
+    """base64 PNG text -> HxWx3 uint8 RGB."""
+    try:
+        data = np.frombuffer(base64.b64decode(text, validate=True), dtype=np.uint8)
+    except (ValueError, TypeError) as exc:
+        raise ValueError(f"image is not base64: {exc}") from None
+    image = cv2.imdecode(data, cv2.IMREAD_COLOR)
+    if image is None:
+        raise ValueError("image is not a decodable PNG")
+    return cv2.cvtColor(image, cv2.COLOR_BGR2RGB)
+
+
+def meta_to_dict(meta: ModelMeta) -> dict:
+    return dataclasses.asdict(meta)
+
+
+def meta_from_dict(data: Mapping) -> ModelMeta:
+    fields = {f.name for f in dataclasses.fields(ModelMeta)}
+    values = {k: v for k, v in data.items() if k in fields}
+    space = values["action_space"]
+    values["action_space"] = ControlSpaceSpec(**{
+        k: tuple(v) if isinstance(v, list) else v for k, v in space.items()})
+    for key in ("required_cameras", "state_names"):
+        if key in values:
+            values[key] = tuple(values[key])
+    return ModelMeta(**values)
+
+
+def actions_array(value, action_dim: int, what: str) -> np.ndarray:
+    """Check an answered chunk: a finite (horizon >= 1, action_dim) array."""
+    try:
+        actions = np.asarray(value, dtype=np.float64)
+    except (TypeError, ValueError):
+        raise BackendError(f"{what} answered actions that are not a numeric array") from None
+    if actions.ndim != 2 or actions.shape[0] < 1 or actions.shape[1] != action_dim:
+        raise BackendError(
+            f"{what} answered actions of shape {actions.shape}; expected (horizon, {action_dim}) "
+            f"with horizon >= 1: check that the server runs the model this client expects")
+    if not np.all(np.isfinite(actions)):
+        raise BackendError(f"{what} answered non-finite actions (NaN or inf): check the model")
+    return actions
+
+
+class _RemoteError(BackendError):
+    def __init__(self, status: int, message: str):
+        super().__init__(message)
+        self.status = status
+
+
+class RpentHttpBackend(PolicyBackend):
+    """A model served over RPent's HTTP transport (an existing ``pi05_vla_server``, say).
+
+    ``action_space``, ``chunk_size`` and the rest describe the model when the server
+    offers no ``vla.get_model_meta``; when it does, its answer wins. ``cameras`` maps
+    contract camera names to the image names on the wire (default: the same names;
+    with a mapping, only the mapped cameras are sent). ``chunk_size`` 0 keeps every row
+    the server answers; otherwise the chunk is cut to that many rows.
+    """
+
+    def __init__(self, endpoint: str, *, action_space: Optional[ControlSpaceSpec] = None,
+                 chunk_size: int = 0, cameras: Optional[Mapping[str, str]] = None,
+                 checkpoint: str = "", control_rate: float = 20.0, timeout: float = 30.0,
+                 connect_timeout: float = 5.0, wire: RpentHttpWire = RpentHttpWire()):
+        url = urlsplit(endpoint if "://" in endpoint else f"http://{endpoint}")
+        if url.scheme != "http" or not url.hostname or not url.port:
+            raise BackendError(
+                f"endpoint '{endpoint}' is not http://HOST:PORT (socket:// RPC is not supported)")
+        self._endpoint = f"http://{url.hostname}:{url.port}{url.path.rstrip('/')}"
+        self._host, self._port, self._prefix = url.hostname, url.port, url.path.rstrip("/")
+        self._wire = wire
+        self._cameras = dict(cameras) if cameras is not None else None
+        self._chunk_size = chunk_size
+        self._timeout, self._connect_timeout = timeout, connect_timeout
+        self._conn: Optional[http.client.HTTPConnection] = None
+        # One persistent connection (keep-alive), so calls from several threads take turns.
+        self._lock = threading.Lock()
+        self.health()
+        self._meta = self._fetch_meta(action_space, chunk_size, checkpoint, control_rate)
+
+    @property
+    def meta(self) -> ModelMeta:
+        return self._meta
+
+    # --- protocol ------------------------------------------------------------------------
+    def _request(self, verb: str, path: str, body: Optional[dict], timeout: float):
+        payload = json.dumps(body).encode() if body is not None else None
+        headers = {"Content-Type": "application/json"} if payload is not None else {}
+        with self._lock:
+            try:
+                try:
+                    status, raw = self._exchange(verb, path, payload, headers, timeout)
+                except (http.client.RemoteDisconnected, ConnectionResetError, BrokenPipeError):
+                    # The server closed the idle keep-alive connection: one fresh try.
+                    self._drop_connection()
+                    status, raw = self._exchange(verb, path, payload, headers, timeout)
+            except (socket.timeout, TimeoutError):
+                self._drop_connection()
+                raise BackendError(
+                    f"no answer from {self._endpoint}{path} within {timeout:g} s: the model "
+                    f"may be overloaded or hung; check the server's log or raise the timeout"
+                ) from None
+            except (OSError, http.client.HTTPException) as exc:
+                self._drop_connection()
+                raise BackendError(
+                    f"cannot reach the action-model server at {self._endpoint} ({exc}): check "
+                    f"that it is running and that the endpoint's host and port are right"
+                ) from None
+        try:
+            answer = json.loads(raw) if raw else None
+        except ValueError:
+            answer = None
+        if not isinstance(answer, dict):
+            raise BackendError(
+                f"{self._endpoint}{path} answered HTTP {status} with a body that is not a JSON "
+                f"object: check that the endpoint is an RPent action-model server")
+        return status, answer
+
+    def _exchange(self, verb, path, payload, headers, timeout):
+        if self._conn is None or self._conn.sock is None:
+            self._drop_connection()
+            self._conn = http.client.HTTPConnection(
+                self._host, self._port, timeout=self._connect_timeout)
+            self._conn.connect()
+        self._conn.sock.settimeout(timeout)
+        self._conn.request(verb, self._prefix + path, body=payload, headers=headers)
+        response = self._conn.getresponse()
+        return response.status, response.read()
+
+    def _drop_connection(self):
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None
+
+    def _call(self, method: str, params: dict, session: str = "", timeout: Optional[float] = None):
+        w = self._wire
+        body = {w.method: method, w.params: params}
+        if session:
+            body[w.session] = session
+        status, answer = self._request("POST", w.call_path, body, timeout or self._timeout)
+        if status != 200 or w.error in answer:
+            raise _RemoteError(status, f"{method} failed on {self._endpoint} (HTTP {status}): "
+                                       f"{answer.get(w.error, answer)}")
+        if w.result not in answer:
+            raise BackendError(f"{method} answer from {self._endpoint} has no '{w.result}' field")
+        return answer[w.result]
+
+    def health(self) -> None:
+        """Raise BackendError unless the server answers its health check."""
+        status, _ = self._request("GET", self._wire.health_path, None, self._connect_timeout)
+        if status != 200:
+            raise BackendError(f"{self._endpoint}{self._wire.health_path} answered HTTP {status}: "
+                               f"the server is up but not ready; check its log")
+
+    def _fetch_meta(self, action_space, chunk_size, checkpoint, control_rate) -> ModelMeta:
+        try:
+            remote = self._call(self._wire.meta_method, {}, timeout=self._connect_timeout)
+        except _RemoteError as exc:
+            if exc.status != _UNKNOWN_METHOD_STATUS:
+                raise
+            remote = None
+        if remote is not None:
+            try:
+                meta = meta_from_dict(remote)
+            except (KeyError, TypeError, ValueError, AttributeError) as exc:
+                raise BackendError(f"{self._wire.meta_method} from {self._endpoint} is not "
+                                   f"model metadata ({exc!r})") from None
+            if action_space is not None and action_space.name != meta.action_space.name:
+                raise BackendError(
+                    f"configured action space '{action_space.name}' but {self._endpoint} "
+                    f"serves '{meta.action_space.name}': fix the configuration or the endpoint")
+            if chunk_size:
+                meta = dataclasses.replace(meta, chunk_size=chunk_size)
+            # A configured camera mapping is what predict sends, so it is what the model needs.
+            cameras = tuple(self._cameras) if self._cameras else meta.required_cameras
+            return dataclasses.replace(meta, backend="rpent_http", required_cameras=cameras,
+                                       extra={**meta.extra, "endpoint": self._endpoint})
+        if action_space is None or chunk_size <= 0:
+            raise BackendError(
+                f"{self._endpoint} offers no {self._wire.meta_method}: configure the model "
+                f"with action_space= and chunk_size=")
+        return ModelMeta(
+            backend="rpent_http", checkpoint=checkpoint or self._endpoint,
+            checkpoint_id=checkpoint or self._endpoint, action_space=action_space,
+            chunk_size=chunk_size, required_cameras=tuple(self._cameras or ()),
+            control_rate=control_rate, default_timeout=self._timeout,
+            extra={"endpoint": self._endpoint})
+
+    # --- PolicyBackend -------------------------------------------------------------------
+    def predict(self, observation: PolicyObservation, instruction: str,
+                session: str) -> np.ndarray:
+        w = self._wire
+        names = self._cameras or {name: name for name in observation.images}
+        missing = [cam for cam in names if cam not in observation.images]
+        if missing:
+            raise BackendError(f"observation lacks camera(s) {', '.join(missing)} that "
+                               f"{self._endpoint} needs (has: {', '.join(observation.images)})")
+        params = {
+            w.images: {wire: encode_png(observation.images[cam]) for cam, wire in names.items()},
+            w.state: np.asarray(observation.state, dtype=np.float64).tolist(),
+            w.state_names: list(observation.state_names),
+            w.instruction: instruction,
+        }
+        result = self._call(w.predict_method, params, session)
+        if not isinstance(result, dict) or w.actions not in result:
+            raise BackendError(f"{w.predict_method} answer from {self._endpoint} has no "
+                               f"'{w.actions}': check that the server speaks this protocol")
+        actions = actions_array(result[w.actions], self._meta.action_space.dim, self._endpoint)
+        return actions[: self._chunk_size] if self._chunk_size else actions
+
+    def reset(self, session: Optional[str] = None) -> None:
+        try:
+            self._call(self._wire.reset_method, {}, session or "")
+        except _RemoteError as exc:
+            if exc.status != _UNKNOWN_METHOD_STATUS:
+                raise
+
+    def close(self) -> None:
+        with self._lock:
+            self._drop_connection()
+
+
+class RpentHttpServer:
+    """Serves one :class:`PolicyBackend` over the protocol above, on a background thread.
+
+    Model calls are serialised (one predict at a time), as in RPent's facades. ``port``
+    0 binds a free port; :attr:`endpoint` says which.
+    """
+
+    def __init__(self, backend: PolicyBackend, host: str = "127.0.0.1", port: int = 0,
+                 wire: RpentHttpWire = RpentHttpWire()):
+        self._backend, self._wire = backend, wire
+        self._model_lock = threading.Lock()
+        self._httpd = ThreadingHTTPServer((host, port), self._handler_class())
+        self._httpd.daemon_threads = True
+        self._thread: Optional[threading.Thread] = None
+        # Open keep-alive connections: close() ends them too, so clients see the server go.
+        self._connections: set = set()
+
+    @property
+    def endpoint(self) -> str:
+        host, port = self._httpd.server_address[:2]
+        return f"http://{host}:{port}"
+
+    def start(self) -> "RpentHttpServer":
+        self._thread = threading.Thread(target=self._httpd.serve_forever, name="rpent-http",
+                                        daemon=True)
+        self._thread.start()
+        return self
+
+    def close(self) -> None:
+        if self._thread is not None:
+            self._httpd.shutdown()
+            self._thread.join()
+            self._thread = None
+        self._httpd.server_close()
+        for conn in list(self._connections):
+            try:
+                conn.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass  # the client closed it meanwhile
+
+    def __enter__(self):
+        return self.start()
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def handle(self, body: Mapping) -> tuple[int, dict]:
+        """One /call request -> (HTTP status, JSON answer)."""
+        w = self._wire
+        method, params = body.get(w.method), body.get(w.params, {})
+        session = str(body.get(w.session) or "default")
+        if not isinstance(params, dict):
+            return 400, {w.error: f"'{w.params}' must be an object"}
+        try:
+            with self._model_lock:
+                if method == w.meta_method:
+                    return 200, {w.result: meta_to_dict(self._backend.meta)}
+                if method == w.reset_method:
+                    self._backend.reset(session)
+                    return 200, {w.result: {}}
+                if method == w.predict_method:
+                    observation, instruction = self._observation(params)
+                    actions = self._backend.predict(observation, instruction, session)
+                    return 200, {w.result: {w.actions: np.asarray(actions).tolist()}}
+        except (KeyError, TypeError, ValueError) as exc:
+            return 400, {w.error: f"bad {method} request: {exc}"}
+        except BackendError as exc:
+            return 500, {w.error: str(exc)}
+        return _UNKNOWN_METHOD_STATUS, {w.error: f"unknown method '{method}'"}
+
+    def _observation(self, params: Mapping) -> tuple[PolicyObservation, str]:
+        w = self._wire
+        state = np.asarray(params[w.state], dtype=np.float64)
+        names = params.get(w.state_names) or self._backend.meta.state_names
+        if state.ndim != 1 or (names and len(names) != state.size):
+            raise ValueError(f"state must be a flat list matching {len(names)} state names")
+        images = {cam: decode_png(text) for cam, text in params[w.images].items()}
+        return PolicyObservation(images=images, state=state, state_names=tuple(names)), \
+            str(params.get(w.instruction, ""))
+
+    def _handler_class(self):
+        server = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"  # keep-alive: the client reuses its connection
+
+            def log_message(self, *args):
+                pass
+
+            def setup(self):
+                super().setup()
+                server._connections.add(self.connection)
+
+            def finish(self):
+                server._connections.discard(self.connection)
+                super().finish()
+
+            def _answer(self, status: int, answer: dict):
+                data = json.dumps(answer).encode()
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def do_GET(self):
+                if self.path == server._wire.health_path:
+                    self._answer(200, {"status": "ok"})
+                else:
+                    self._answer(404, {server._wire.error: f"no route {self.path}"})
+
+            def do_POST(self):
+                data = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                if self.path != server._wire.call_path:
+                    self._answer(404, {server._wire.error: f"no route {self.path}"})
+                    return
+                try:
+                    body = json.loads(data)
+                except ValueError:
+                    body = None
+                if not isinstance(body, dict):
+                    self._answer(400, {server._wire.error: "the body must be a JSON object"})
+                    return
+                self._answer(*server.handle(body))
+
+        return Handler

@@ -1,0 +1,134 @@
+"""A model-free expert for simulation: pick-and-place chunks from the sim-only object poses.
+
+It closes the loop the way a policy does: every ``predict`` looks at the current
+end-effector pose and gripper width, decides which phase of the shared pick-and-place
+plan (rpent_contract.pick_place) it is in, and returns a chunk that drives towards that
+phase's goal in the robot's relative Cartesian control space (one with ``step_scale``,
+such as LIBERO's ``libero_osc_delta``). Each session (client) keeps its own phase, so
+concurrent clients do not disturb one another; ``reset`` forgets it.
+"""
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass, field
+from typing import Callable, Optional
+
+import numpy as np
+
+from rpent_contract.control_space import ControlSpaceSpec
+from rpent_contract.geometry import limit_norm, rotation_error
+from rpent_contract.pick_place import PLAN, objects_in_instruction, waypoint
+
+from ..policy import BackendError, ModelMeta, PolicyBackend, PolicyObservation
+
+STATE_NAMES = ("ee_x", "ee_y", "ee_z", "ee_qx", "ee_qy", "ee_qz", "ee_qw", "gripper_width")
+GRIPPER_OPEN, GRIPPER_CLOSE = -1.0, 1.0
+# Width above which the fingers count as open, and the change below which (over
+# SETTLE_S of robot time) closing fingers count as settled on the object.
+OPEN_WIDTH, SETTLE_WIDTH_CHANGE, SETTLE_S = 0.07, 5e-4, 0.3
+# Fraction of a commanded delta an impedance-controlled arm covers within one step; the
+# open-loop chunk predicts its own progress with it so later rows keep pulling.
+REALIZED = 0.5
+
+
+@dataclass
+class _Session:
+    instruction: str
+    object_position: np.ndarray
+    target_position: np.ndarray
+    down: np.ndarray  # the hand orientation when the session started, kept throughout
+    phase: int = 0
+    here: Optional[np.ndarray] = None
+    grip_samples: list = field(default_factory=list)  # (stamp_ns, width) in a gripper phase
+
+
+class ScriptedPickPlace(PolicyBackend):
+    def __init__(self, action_space: ControlSpaceSpec,
+                 object_poses: Callable[[], dict], *, chunk_size: int = 10,
+                 max_translation_step: float = 0.04, max_rotation_step: float = 0.1,
+                 control_rate: float = 20.0):
+        if not (action_space.relative and action_space.step_scale and action_space.dim == 7):
+            raise ValueError(
+                f"the scripted expert drives a 7-D relative Cartesian space with step_scale "
+                f"(like libero_osc_delta); '{action_space.name}' is not one")
+        self._space = action_space
+        self._object_poses = object_poses
+        self._chunk_size = chunk_size
+        self._max_trans, self._max_rot = max_translation_step, max_rotation_step
+        self._scale_t = np.asarray(action_space.step_scale[:3])
+        self._scale_r = np.asarray(action_space.step_scale[3:])
+        self._sessions: dict[str, _Session] = {}
+        self._lock = threading.Lock()
+        self._meta = ModelMeta(
+            backend="scripted", checkpoint="rpent_contract.pick_place.PLAN",
+            checkpoint_id="scripted-pick-place-v1", action_space=action_space,
+            chunk_size=chunk_size, state_names=STATE_NAMES, control_rate=control_rate,
+            default_timeout=10.0)
+
+    @property
+    def meta(self) -> ModelMeta:
+        return self._meta
+
+    def reset(self, session: Optional[str] = None) -> None:
+        with self._lock:
+            if session is None:
+                self._sessions.clear()
+            else:
+                self._sessions.pop(session, None)
+
+    def predict(self, observation: PolicyObservation, instruction: str,
+                session: str) -> np.ndarray:
+        position = np.array([observation.value(n) for n in STATE_NAMES[:3]])
+        quat = np.array([observation.value(n) for n in STATE_NAMES[3:7]])
+        width = observation.value("gripper_width")
+        with self._lock:
+            s = self._sessions.get(session)
+            if s is None or s.instruction != instruction:
+                s = self._sessions[session] = self._start(instruction, quat)
+            return self._chunk(s, position, quat, width, observation.stamp_ns)
+
+    def _start(self, instruction: str, quat: np.ndarray) -> _Session:
+        poses = self._object_poses()
+        try:
+            obj, target = objects_in_instruction(instruction, poses)
+        except ValueError as err:
+            raise BackendError(str(err)) from None
+        return _Session(instruction, poses[obj][0], poses[target][0], quat.copy())
+
+    def _chunk(self, s: _Session, position, quat, width, stamp_ns) -> np.ndarray:
+        # Advance through every phase whose goal is already met.
+        while s.phase < len(PLAN):
+            phase = PLAN[s.phase]
+            if phase.anchor is None:
+                if not self._gripper_done(s, phase.closed, width, stamp_ns):
+                    return self._rows(position, quat, position, phase.closed)
+            else:
+                goal = waypoint(phase, s.object_position, s.target_position,
+                                s.here if s.here is not None else position)
+                if np.linalg.norm(goal - position) > phase.tolerance:
+                    return self._rows(position, quat, goal, phase.closed, s.down)
+            s.here = position.copy()
+            s.grip_samples = []
+            s.phase += 1
+        return self._rows(position, quat, position, closed=False)  # done: hold, open
+
+    def _gripper_done(self, s: _Session, close: bool, width: float, stamp_ns: int) -> bool:
+        if not close:
+            return width >= OPEN_WIDTH
+        s.grip_samples.append((stamp_ns, width))
+        settled = [w for t, w in s.grip_samples if stamp_ns - t >= SETTLE_S * 1e9]
+        return width < OPEN_WIDTH and bool(settled) and \
+            abs(settled[-1] - width) < SETTLE_WIDTH_CHANGE
+
+    def _rows(self, position, quat, goal, closed: bool, down=None) -> np.ndarray:
+        """Open-loop chunk towards ``goal``; the next chunk corrects whatever it got wrong."""
+        rows = np.zeros((self._chunk_size, 7))
+        rows[:, 6] = GRIPPER_CLOSE if closed else GRIPPER_OPEN
+        if down is not None:
+            rows[0, 3:6] = limit_norm(rotation_error(quat, down), self._max_rot) / self._scale_r
+        p = np.asarray(position, dtype=float).copy()
+        for row in rows:
+            step = limit_norm(goal - p, self._max_trans)
+            row[:3] = step / self._scale_t
+            p += REALIZED * step
+        return np.clip(rows, self._space.lower, self._space.upper)

@@ -1,0 +1,172 @@
+"""Execute streamed action chunks on a robot without stalling at chunk boundaries.
+
+Strategy: *drop the stale prefix, switch at the replan point*. A chunk is conditioned on
+an observation taken at time t; by the time it arrives the robot has already executed
+k more steps (counted from the stamps in execute_chunk feedback), so its first k
+actions are in the past and are dropped; the rest replaces what the robot is doing.
+The robot runs each chunk for at least ``replan_after`` steps before a newer one takes
+over (the newest waiting chunk wins), so a fast model does not churn goals every step.
+Switching sends the remainder as a new execute_chunk goal, which the robot node starts
+right after the step in flight: no gap while a chunk is still queued. A chunk conditioned
+on an observation older than ``max_staleness`` is never executed.
+"""
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass, field
+import numpy as np
+
+from rpent_contract.control_space import array_to_chunk
+from rpent_interfaces.action import ExecuteChunk
+
+from .client import ActionModelClient, ChunkRejected
+
+
+def stale_prefix(observation_ns: int, step_stamps_ns) -> int:
+    """How many steps were executed after the observation a chunk was conditioned on."""
+    return int(np.count_nonzero(np.asarray(step_stamps_ns, dtype=np.int64) > observation_ns))
+
+
+@dataclass
+class ExecutionReport:
+    outcome: str  # "task_success", "chunks_done", "max_steps", "timeout", "canceled", "error"
+    message: str
+    steps_executed: int = 0
+    chunks_received: int = 0
+    chunks_executed: int = 0
+    chunks_stale: int = 0
+    chunks_rejected: int = 0
+    task_success: bool = False
+    step_stamps_ns: list = field(default_factory=list)
+    boundaries: list = field(default_factory=list)  # index in step_stamps of each chunk's 1st step
+
+    def boundary_gaps_s(self) -> np.ndarray:
+        t = np.asarray(self.step_stamps_ns, dtype=np.int64)
+        return np.array([(t[i] - t[i - 1]) / 1e9 for i in self.boundaries if 0 < i < len(t)])
+
+
+class ChunkExecutor:
+    """Runs a predict stream and feeds its chunks to the robot's execute_chunk."""
+
+    def __init__(self, robot, model: ActionModelClient, *, replan_after: int = 5,
+                 max_staleness: float = 1.0):
+        self.robot, self.model = robot, model
+        self.replan_after, self.max_staleness_ns = replan_after, int(max_staleness * 1e9)
+        self._cancel = threading.Event()
+
+    def cancel(self) -> None:
+        self._cancel.set()
+
+    def run(self, instruction: str, *, max_steps: int = 600, max_chunks: int = 0,
+            stop_on_success: bool = True, timeout: float = 120.0,
+            client_id: str = "", robot_namespace: str = "") -> ExecutionReport:
+        self._cancel.clear()
+        report = ExecutionReport("error", "")
+        wake = threading.Condition()
+        newest: list = []  # at most one chunk waiting: the newest
+        stamps: list = []
+        state = {"running": None, "since_switch": 0, "stream_done": False, "success": False}
+
+        def on_chunk(chunk):
+            with wake:
+                report.chunks_received += 1
+                newest[:] = [chunk]
+                wake.notify_all()
+
+        stream = self.model.stream(instruction, on_chunk, max_chunks=max_chunks,
+                                   client_id=client_id, robot_namespace=robot_namespace)
+        stream_result = stream.handle.get_result_async()
+        stream_result.add_done_callback(lambda _f: self._notify_done(wake, state))
+        deadline = time.monotonic() + timeout
+        try:
+            report.outcome, report.message = self._loop(
+                wake, newest, stamps, state, report, stop_on_success, max_steps, deadline)
+        finally:
+            if not stream_result.done():
+                stream.cancel()
+            running = state["running"]
+            if running is not None and not running.result_future.done():
+                running.run.cancel()
+        report.steps_executed = len(stamps)
+        report.step_stamps_ns = list(stamps)
+        report.task_success = state["success"]
+        return report
+
+    @staticmethod
+    def _notify_done(wake, state):
+        with wake:
+            state["stream_done"] = True
+            wake.notify_all()
+
+    def _loop(self, wake, newest, stamps, state, report, stop_on_success, max_steps, deadline):
+        while True:
+            with wake:
+                while True:
+                    running = state["running"]
+                    idle = running is None or running.result_future.done()
+                    if self._cancel.is_set():
+                        return "canceled", "canceled by the caller"
+                    if stop_on_success and state["success"]:
+                        return "task_success", f"task succeeded after {len(stamps)} steps"
+                    if len(stamps) >= max_steps:
+                        return "max_steps", f"step budget of {max_steps} used"
+                    if newest and (idle or state["since_switch"] >= self.replan_after):
+                        chunk = newest.pop()
+                        break
+                    if idle and state["stream_done"] and not newest:
+                        return "chunks_done", f"stream ended after {report.chunks_received} chunks"
+                    left = deadline - time.monotonic()
+                    if left <= 0:
+                        return "timeout", f"no progress within the time budget ({len(stamps)} steps)"
+                    wake.wait(min(left, 0.5))
+                steps_so_far = list(stamps)
+            try:
+                actions = self.model.validate(chunk)
+            except ChunkRejected:
+                report.chunks_rejected += 1
+                raise
+            obs_ns = chunk.observation_stamp.sec * 1_000_000_000 + chunk.observation_stamp.nanosec
+            now_ns = self.robot.node.get_clock().now().nanoseconds
+            if now_ns - obs_ns > self.max_staleness_ns:
+                report.chunks_stale += 1
+                continue
+            remainder = actions[stale_prefix(obs_ns, steps_so_far):]
+            if len(remainder) == 0:
+                report.chunks_stale += 1
+                continue
+            remainder = remainder[: max(0, max_steps - len(steps_so_far))]
+            goal = ExecuteChunk.Goal(stop_on_success=stop_on_success)
+            array_to_chunk(remainder, chunk.control_space, goal.chunk)
+            run = self.robot.send("execute_chunk", goal, feedback=self._step_cb(wake, stamps,
+                                                                                state))
+            with wake:
+                report.boundaries.append(len(stamps))
+                report.chunks_executed += 1
+                state["running"] = _Running(run, wake)
+                state["since_switch"] = 0
+
+    @staticmethod
+    def _step_cb(wake, stamps, state):
+        def on_step(fb):
+            f = fb.feedback
+            with wake:
+                stamps.append(f.stamp.sec * 1_000_000_000 + f.stamp.nanosec)
+                state["since_switch"] += 1
+                state["success"] = state["success"] or f.task_success
+                wake.notify_all()
+        return on_step
+
+
+class _Running:
+    """An execute_chunk goal in flight; wakes the loop when it ends."""
+
+    def __init__(self, run, wake):
+        self.run = run
+        self.result_future = run.handle.get_result_async()
+        self.result_future.add_done_callback(lambda _f: _notify(wake))
+
+
+def _notify(wake):
+    with wake:
+        wake.notify_all()

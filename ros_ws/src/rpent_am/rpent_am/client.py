@@ -1,0 +1,125 @@
+"""ActionModelClient: ``predict`` / ``get_model_meta`` / ``reset`` as blocking Python calls.
+
+Every chunk that comes back is checked (shape, finite values, bounds, control space)
+against the robot's declared control spaces before anyone can send it to the robot.
+"""
+from __future__ import annotations
+
+from typing import Callable, Optional
+
+import numpy as np
+from action_msgs.msg import GoalStatus
+from rclpy.action import ActionClient
+
+from rpent_contract.client import ContractTimeout, GoalRun, wait_future
+from rpent_contract.control_space import ControlSpaceSpec, chunk_to_array
+from rpent_contract.validation import GoalRejected, check_chunk
+from rpent_interfaces.action import Predict
+from rpent_interfaces.srv import GetModelMeta, ResetPolicy
+
+
+class IncompatibleModel(ValueError):
+    """The model's action space is not one the robot accepts."""
+
+
+class ChunkRejected(ValueError):
+    """A chunk from the model failed the client-side checks; it must not reach the robot."""
+
+
+def check_compatible(meta: GetModelMeta.Response, robot_info) -> ControlSpaceSpec:
+    """The robot's control space the model's chunks are in, or IncompatibleModel."""
+    model_space = ControlSpaceSpec.from_msg(meta.action_space)
+    for space in robot_info.control_spaces:
+        if space.name == model_space.name:
+            robot_space = ControlSpaceSpec.from_msg(space)
+            if robot_space.dim != model_space.dim:
+                raise IncompatibleModel(
+                    f"model '{meta.backend}' emits {model_space.dim} values per step in "
+                    f"'{model_space.name}', the robot's '{space.name}' takes {robot_space.dim}")
+            return robot_space
+    raise IncompatibleModel(
+        f"model '{meta.backend}' ({meta.checkpoint}) emits '{model_space.name}', but the robot "
+        f"({robot_info.embodiment}) accepts only "
+        f"{', '.join(s.name for s in robot_info.control_spaces)}; pick a model trained for "
+        "this robot's control space")
+
+
+class ActionModelClient:
+    """Client of one action-model node, on a node someone else spins (e.g. RobotClient.node)."""
+
+    def __init__(self, node, model: str = "/action_model"):
+        """``model``: the action-model node's full name (its endpoints live under it)."""
+        prefix = "/" + model.strip("/") + "/"
+        self.node = node
+        self._predict = ActionClient(node, Predict, prefix + "predict")
+        self._meta = node.create_client(GetModelMeta, prefix + "get_model_meta")
+        self._reset = node.create_client(ResetPolicy, prefix + "reset")
+        self.robot_spaces: Optional[list] = None
+
+    def _call(self, client, request, timeout: float, what: str):
+        if not client.wait_for_service(timeout_sec=timeout):
+            raise ContractTimeout(f"action-model service '{what}' not available after "
+                                  f"{timeout:g} s; is the action-model node running?")
+        return wait_future(client.call_async(request), timeout, what)
+
+    def meta(self, timeout: float = 10.0) -> GetModelMeta.Response:
+        return self._call(self._meta, GetModelMeta.Request(), timeout, "get_model_meta")
+
+    def connect(self, robot_info, timeout: float = 30.0) -> GetModelMeta.Response:
+        """Check once that the model's chunks can drive this robot; remember its spaces."""
+        meta = self.meta(timeout)
+        check_compatible(meta, robot_info)
+        self.robot_spaces = [ControlSpaceSpec.from_msg(s) for s in robot_info.control_spaces]
+        return meta
+
+    def reset(self, client_id: str = "", timeout: float = 10.0) -> ResetPolicy.Response:
+        return self._call(self._reset, ResetPolicy.Request(client_id=client_id), timeout,
+                          "reset")
+
+    def validate(self, chunk) -> np.ndarray:
+        """The chunk as a (horizon, dim) array, or ChunkRejected; needs :meth:`connect`."""
+        if self.robot_spaces is None:
+            raise RuntimeError("call connect(robot_info) before validating chunks")
+        try:
+            actions = chunk_to_array(chunk)
+            check_chunk(actions, chunk.control_space, self.robot_spaces,
+                        max_horizon=max(1, actions.shape[0]))
+        except (ValueError, GoalRejected) as err:
+            raise ChunkRejected(f"chunk {chunk.sequence} from the model refused: {err}") from None
+        return actions
+
+    def _goal(self, instruction, mode, client_id, timeout, max_chunks=0, observation=None,
+              robot_namespace=""):
+        goal = Predict.Goal(instruction=instruction, mode=mode, client_id=client_id,
+                            timeout=float(timeout), max_chunks=max_chunks,
+                            robot_namespace=robot_namespace)
+        if observation is not None:
+            goal.observation = observation
+        return goal
+
+    def send(self, goal, feedback: Optional[Callable] = None, timeout: float = 10.0) -> GoalRun:
+        if not self._predict.wait_for_server(timeout_sec=timeout):
+            raise ContractTimeout(f"action 'predict' not available after {timeout:g} s; "
+                                  "is the action-model node running?")
+        handle = wait_future(self._predict.send_goal_async(goal, feedback_callback=feedback),
+                             timeout, "predict goal")
+        if not handle.accepted:
+            raise RuntimeError("predict goal was rejected by the action-model node")
+        return GoalRun(None, handle, "predict")
+
+    def predict(self, instruction: str, observation=None, client_id: str = "",
+                timeout: float = 0.0, robot_namespace: str = "") -> np.ndarray:
+        """One validated chunk; raises RuntimeError with the node's message on failure."""
+        goal = self._goal(instruction, Predict.Goal.MODE_SINGLE, client_id, timeout,
+                          observation=observation, robot_namespace=robot_namespace)
+        status, result = self.send(goal).result((timeout or 60.0) + 10.0)
+        if status != GoalStatus.STATUS_SUCCEEDED:
+            raise RuntimeError(f"predict failed: {result.message}")
+        return self.validate(result.last_chunk)
+
+    def stream(self, instruction: str, on_chunk: Callable, max_chunks: int = 0,
+               client_id: str = "", timeout: float = 0.0, robot_namespace: str = "") -> GoalRun:
+        """Start a stream; ``on_chunk(ActionChunk)`` runs for every chunk (unvalidated)."""
+        goal = self._goal(instruction, Predict.Goal.MODE_STREAM, client_id, timeout,
+                          max_chunks, robot_namespace=robot_namespace)
+        return self.send(goal, feedback=lambda fb: on_chunk(fb.feedback.chunk))

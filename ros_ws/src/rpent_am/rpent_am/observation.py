@@ -1,0 +1,103 @@
+"""Contract messages <-> policy observations, and the checks against a model's metadata."""
+from __future__ import annotations
+
+from typing import Sequence
+
+import numpy as np
+
+from rpent_contract.images import image_to_numpy, numpy_to_image, to_rgb
+
+from .policy import BackendError, ModelMeta, PolicyObservation
+
+# State entries every robot can provide from robot_state, besides its joint names.
+POSE_STATE = {
+    "ee_x": lambda s: s.ee_pose.position.x, "ee_y": lambda s: s.ee_pose.position.y,
+    "ee_z": lambda s: s.ee_pose.position.z, "ee_qx": lambda s: s.ee_pose.orientation.x,
+    "ee_qy": lambda s: s.ee_pose.orientation.y, "ee_qz": lambda s: s.ee_pose.orientation.z,
+    "ee_qw": lambda s: s.ee_pose.orientation.w, "gripper_width": lambda s: s.gripper_width,
+}
+
+
+class ObservationError(ValueError):
+    """An observation does not fit the model; nothing was predicted."""
+
+
+def state_from_robot_state(msg, names: Sequence[str]) -> np.ndarray:
+    """Pick ``names`` out of a RobotState: ee pose / gripper entries, or joint names."""
+    joints = dict(zip(msg.joint_names, msg.joint_positions))
+    values = []
+    for name in names:
+        if name in POSE_STATE:
+            values.append(POSE_STATE[name](msg))
+        elif name in joints:
+            values.append(joints[name])
+        else:
+            raise ObservationError(
+                f"the model needs state '{name}', which robot_state does not carry "
+                f"(has {', '.join(list(POSE_STATE) + list(joints))})")
+    return np.asarray(values, dtype=np.float64)
+
+
+def from_msg(msg) -> PolicyObservation:
+    """rpent_interfaces/Observation -> PolicyObservation."""
+    if len(msg.camera_names) != len(msg.images):
+        raise ObservationError(
+            f"observation has {len(msg.images)} images but {len(msg.camera_names)} camera names")
+    if len(msg.state) != len(msg.state_names):
+        raise ObservationError(
+            f"observation has {len(msg.state)} state values but {len(msg.state_names)} names")
+    images = {name: to_rgb(image_to_numpy(img), img.encoding)
+              for name, img in zip(msg.camera_names, msg.images)}
+    stamp = msg.header.stamp.sec * 1_000_000_000 + msg.header.stamp.nanosec
+    return PolicyObservation(images, np.asarray(msg.state, dtype=np.float64),
+                             list(msg.state_names), stamp)
+
+
+def to_msg(obs: PolicyObservation, msg=None):
+    """PolicyObservation -> rpent_interfaces/Observation (images rgb8)."""
+    from rpent_interfaces.msg import Observation
+
+    msg = msg if msg is not None else Observation()
+    msg.header.stamp.sec, msg.header.stamp.nanosec = divmod(int(obs.stamp_ns), 1_000_000_000)
+    msg.camera_names = list(obs.images)
+    msg.images = [numpy_to_image(rgb, "rgb8") for rgb in obs.images.values()]
+    msg.state = [float(v) for v in obs.state]
+    msg.state_names = list(obs.state_names)
+    return msg
+
+
+def check_observation(obs: PolicyObservation, meta: ModelMeta) -> PolicyObservation:
+    """Refuse an observation the model cannot use; reorder its state as the model expects."""
+    missing = [c for c in meta.required_cameras if c not in obs.images]
+    if missing:
+        raise ObservationError(
+            f"the model needs camera(s) {', '.join(missing)}; the observation has "
+            f"{', '.join(obs.images) or 'none'}")
+    for name in meta.required_cameras:
+        rgb = obs.images[name]
+        if rgb.ndim != 3 or rgb.shape[2] != 3 or rgb.dtype != np.uint8:
+            raise ObservationError(f"camera '{name}' must be HxWx3 uint8 RGB, got "
+                                   f"{rgb.shape} {rgb.dtype}")
+    if not np.all(np.isfinite(obs.state)):
+        raise ObservationError("observation state contains non-finite values")
+    try:
+        state = np.array([obs.state[list(obs.state_names).index(n)] for n in meta.state_names])
+    except ValueError:
+        absent = [n for n in meta.state_names if n not in obs.state_names]
+        raise ObservationError(f"the model needs state entries {', '.join(absent)}, "
+                               f"the observation has {', '.join(obs.state_names)}") from None
+    return PolicyObservation(obs.images, state.astype(np.float64), list(meta.state_names),
+                             obs.stamp_ns)
+
+
+def check_chunk_shape(actions, meta: ModelMeta) -> np.ndarray:
+    """The model's own answer must fit its metadata before it goes anywhere."""
+    actions = np.asarray(actions, dtype=np.float64)
+    dim = meta.action_space.dim
+    if actions.ndim != 2 or actions.shape[1] != dim or actions.shape[0] == 0:
+        raise BackendError(
+            f"backend returned a chunk of shape {actions.shape}; its metadata promises "
+            f"(horizon, {dim}) in '{meta.action_space.name}'")
+    if not np.all(np.isfinite(actions)):
+        raise BackendError("backend returned non-finite actions")
+    return actions

@@ -1,0 +1,116 @@
+"""LeRobotBackend on a tiny ACT policy with random weights, saved and loaded the LeRobot way."""
+import numpy as np
+import pytest
+import torch
+from lerobot.configs.types import FeatureType, NormalizationMode, PolicyFeature
+from lerobot.policies.act.configuration_act import ACTConfig
+from lerobot.policies.act.modeling_act import ACTPolicy
+from lerobot.policies.factory import make_pre_post_processors
+
+from rpent_am.backends.lerobot_backend import LeRobotBackend
+from rpent_am.policy import BackendError, PolicyObservation
+from rpent_contract.control_space import ControlSpaceSpec
+
+pytestmark = pytest.mark.slow
+
+SPACE = ControlSpaceSpec(name="osc7", labels=tuple("abcdefg"), units=("1",) * 7,
+                         lower=(-1.0,) * 7, upper=(1.0,) * 7, relative=True)
+STATE = ("ee_x", "ee_y", "ee_z", "ax", "ay", "az", "f1", "f2")
+CAMERAS = {"agentview": "observation.images.front", "robot0_eye_in_hand": "observation.images.wrist"}
+ACTION_MEAN, ACTION_STD = 0.25, 0.01
+
+
+@pytest.fixture(scope="module")
+def checkpoint(tmp_path_factory):
+    torch.manual_seed(0)
+    image = PolicyFeature(type=FeatureType.VISUAL, shape=(3, 64, 64))
+    cfg = ACTConfig(
+        input_features={"observation.state": PolicyFeature(type=FeatureType.STATE, shape=(8,)),
+                        CAMERAS["agentview"]: image, CAMERAS["robot0_eye_in_hand"]: image},
+        output_features={"action": PolicyFeature(type=FeatureType.ACTION, shape=(7,))},
+        normalization_mapping={"VISUAL": NormalizationMode.MEAN_STD,
+                               "STATE": NormalizationMode.MEAN_STD,
+                               "ACTION": NormalizationMode.MEAN_STD},
+        chunk_size=20, n_action_steps=10, dim_model=32, n_heads=2, dim_feedforward=64,
+        n_encoder_layers=1, n_decoder_layers=1, latent_dim=8, n_vae_encoder_layers=1,
+        pretrained_backbone_weights=None, device="cpu", push_to_hub=False)
+    stats = {"observation.state": {"mean": torch.zeros(8), "std": torch.ones(8)},
+             "action": {"mean": torch.full((7,), ACTION_MEAN), "std": torch.full((7,), ACTION_STD)}}
+    for key in CAMERAS.values():
+        stats[key] = {"mean": torch.full((3, 1, 1), 0.5), "std": torch.full((3, 1, 1), 0.25)}
+    policy = ACTPolicy(cfg)
+    pre, post = make_pre_post_processors(cfg, dataset_stats=stats)
+    folder = tmp_path_factory.mktemp("act_tiny")
+    policy.save_pretrained(folder)
+    pre.save_pretrained(folder)
+    post.save_pretrained(folder)
+    return folder
+
+
+def observation(seed=0):
+    rng = np.random.default_rng(seed)
+    return PolicyObservation(
+        images={cam: rng.integers(0, 255, (64, 64, 3), dtype=np.uint8) for cam in CAMERAS},
+        state=rng.normal(size=8), state_names=STATE)
+
+
+def backend(folder, **kw):
+    return LeRobotBackend(str(folder), action_space=SPACE, cameras=CAMERAS, state_names=STATE,
+                          **kw)
+
+
+def test_predict_through_saved_checkpoint(checkpoint):
+    be = backend(checkpoint)
+    try:
+        assert be.meta.chunk_size == 10  # ACT's n_action_steps
+        assert (be.meta.image_height, be.meta.image_width) == (64, 64)
+        assert be.meta.extra["policy_type"] == "act"
+        chunk = be.predict(observation(), "pick up the bowl", "s1")
+        assert chunk.shape == (10, 7) and np.all(np.isfinite(chunk))
+        # The post-processor un-normalised: actions sit around the dataset mean.
+        assert abs(chunk.mean() - ACTION_MEAN) < 20 * ACTION_STD
+        np.testing.assert_allclose(be.predict(observation(), "pick up the bowl", "s1"), chunk,
+                                   rtol=1e-5, atol=1e-6)
+        assert not np.allclose(be.predict(observation(seed=1), "pick up the bowl", "s1"), chunk)
+        assert backend(checkpoint, chunk_size=20).predict(observation(), "x", "s").shape == (20, 7)
+    finally:
+        be.close()
+
+
+def test_sessions_share_weights_and_reset(checkpoint):
+    be = backend(checkpoint)
+    try:
+        a = be.predict(observation(), "go", "a")
+        b = be.predict(observation(), "go", "b")
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+        pa, pb = be._sessions["a"], be._sessions["b"]
+        assert pa is not pb
+        assert next(pa.parameters()).data_ptr() == next(pb.parameters()).data_ptr()
+        be.reset("a")
+        assert set(be._sessions) == {"b"}
+        be.predict(observation(), "go", "a")
+        assert be._sessions["a"] is not pa
+        be.reset()
+        assert not be._sessions
+    finally:
+        be.close()
+
+
+def test_configuration_mismatches_are_clear(checkpoint, tmp_path):
+    with pytest.raises(BackendError, match="observation.images.front"):
+        LeRobotBackend(str(checkpoint), action_space=SPACE, cameras={"agentview": "x"},
+                       state_names=STATE)
+    with pytest.raises(BackendError, match="8 entries; state_names lists 3"):
+        LeRobotBackend(str(checkpoint), action_space=SPACE, cameras=CAMERAS,
+                       state_names=STATE[:3])
+    six = ControlSpaceSpec(name="six", labels=tuple("abcdef"), units=("1",) * 6,
+                           lower=(-1.0,) * 6, upper=(1.0,) * 6, relative=True)
+    with pytest.raises(BackendError, match="6 entries"):
+        LeRobotBackend(str(checkpoint), action_space=six, cameras=CAMERAS, state_names=STATE)
+    with pytest.raises(BackendError, match="not a LeRobot checkpoint"):
+        backend(tmp_path)
+    be = backend(checkpoint)
+    obs = observation()
+    del obs.images["robot0_eye_in_hand"]
+    with pytest.raises(BackendError, match="robot0_eye_in_hand"):
+        be.predict(obs, "go", "s")

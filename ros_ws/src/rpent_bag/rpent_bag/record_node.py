@@ -1,0 +1,113 @@
+"""Recorder node: the contract topics, action-model feedback and agent events to a
+rosbag2 (MCAP) bag, used where ``ros2 bag record`` is not installed.
+
+Topics are found by name pattern as they appear on the graph (a robot started later is
+still recorded) and subscribed serialized, so nothing is deserialized on the way to disk.
+SIGINT, SIGTERM and SIGHUP all end with a closed bag: summary, index and metadata.yaml
+written. Other nodes crashing only stops their topics.
+"""
+from __future__ import annotations
+
+import signal
+import sys
+import time
+from pathlib import Path
+
+import rclpy
+from rclpy.executors import ExternalShutdownException, SingleThreadedExecutor
+from rclpy.node import Node
+
+from rpent_bag import definitions, graph
+from rpent_bag.recorder import BagRecorder
+from rpent_contract.params import ParameterError, declare, positive
+
+DEFAULT_TOPICS = [
+    "joint_states", "ee_pose", "robot_state", "task_status",
+    "camera/*/image_raw", "camera/*/camera_info",
+    "*predict/_action/feedback", "agent/events",
+]
+
+
+class RecorderNode(Node):
+    def __init__(self):
+        super().__init__("recorder")
+        d = lambda *a, **k: declare(self, *a, **k)  # noqa: E731
+        patterns = d("topics", DEFAULT_TOPICS,
+                     "Topics to record: names or glob patterns, relative to the namespace",
+                     lambda v: None if v and all(isinstance(t, str) and t for t in v)
+                     else "must be a non-empty list of topic names")
+        bag_path = d("bag_path", "", "Bag directory to create; empty = runs/<time>/bag")
+        queue_size = d("queue_size", 2000, "Messages buffered between DDS and the disk",
+                       positive)
+        self._depth = d("subscription_depth", 100, "History depth of each subscription",
+                        positive)
+        period = d("discovery_period", 0.5, "s between looks for new matching topics",
+                   positive)
+        try:
+            self._patterns = graph.resolve_patterns(self, patterns)
+        except Exception as err:  # rclpy raises its own types for invalid names
+            raise ParameterError(f"parameter 'topics' = {patterns}: {err}") from None
+        self.path = Path(bag_path or f"runs/{time.strftime('%Y%m%d-%H%M%S')}/bag")
+        try:
+            self.recorder = BagRecorder(self.path, queue_size=queue_size)
+        except FileExistsError as err:
+            raise ParameterError(f"parameter 'bag_path': {err}") from None
+        self._subs = {}
+        self.create_timer(period, self._discover)
+        self._discover()
+        self.get_logger().info(f"recording {self._patterns} to {self.path}")
+
+    def _discover(self) -> None:
+        for topic, type_name in graph.discover(self, self._patterns, set(self._subs)):
+            try:
+                cls = definitions.message_class(type_name)
+                self.recorder.add_topic(topic, type_name, graph.offered_qos(self, topic))
+            except definitions.DefinitionError as err:
+                self.get_logger().error(f"not recording {topic}: {err}")
+                self._subs[topic] = None
+                continue
+            qos = graph.subscription_qos(self, topic, self._depth)
+            self._subs[topic] = self.create_subscription(
+                cls, topic, lambda data, t=topic: self.recorder.write(
+                    t, self.get_clock().now().nanoseconds, data), qos, raw=True)
+            self.get_logger().info(f"recording {topic} [{type_name}]")
+
+    def close(self) -> None:
+        stats = self.recorder.close()
+        counts = ", ".join(f"{t}: {n}" for t, n in sorted(stats.written.items()))
+        print(f"[recorder] bag closed: {self.path} ({counts}); dropped {stats.dropped}", flush=True)
+        for err in stats.errors[:5]:
+            print(f"[recorder] write error: {err}", file=sys.stderr)
+
+
+def _raise_exit(signum, _frame):
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
+def main(args=None) -> int:
+    rclpy.init(args=args)
+    try:
+        node = RecorderNode()
+    except (ValueError, definitions.DefinitionError) as err:
+        print(f"[recorder] cannot start: {err}", file=sys.stderr)
+        rclpy.try_shutdown()
+        return 2
+    # launch ends with SIGINT then SIGTERM; a terminal may send SIGHUP: all close the bag.
+    signal.signal(signal.SIGTERM, _raise_exit)
+    signal.signal(signal.SIGHUP, _raise_exit)
+    executor = SingleThreadedExecutor()
+    executor.add_node(node)
+    try:
+        executor.spin()
+    except (KeyboardInterrupt, ExternalShutdownException):
+        pass
+    finally:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C must not cut the close
+        node.close()
+        node.destroy_node()
+        rclpy.try_shutdown()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,203 @@
+"""Foxglove bridge node: the robot contract, action-model chunks and agent events on a
+Foxglove WebSocket (Foxglove SDK server), plus a 3D scene and a readable agent log.
+
+    ros2 run rpent_foxglove bridge --ros-args --params-file config/foxglove_bridge.yaml
+
+Open Foxglove, "Open connection" -> Foxglove WebSocket -> ws://127.0.0.1:8765, and load
+config/foxglove_layout.json.
+"""
+from __future__ import annotations
+
+import fnmatch
+import sys
+
+import rclpy
+from rclpy.executors import ExternalShutdownException, SingleThreadedExecutor
+from rclpy.node import Node
+from rclpy.serialization import deserialize_message, serialize_message
+
+from foxglove.channels import FrameTransformsChannel, LogChannel, SceneUpdateChannel
+from rpent_bag import definitions, graph
+from rpent_bag.record_node import DEFAULT_TOPICS
+from rpent_contract.images import image_to_numpy, rgb_to_compressed, to_rgb
+from rpent_contract.params import ParameterError, declare, non_negative, positive
+from rpent_foxglove import scene
+from rpent_foxglove.bridge import FoxgloveBridge
+
+
+def _rate_limits(value):
+    for item in value:
+        pattern, sep, hz = item.rpartition(":")
+        try:
+            ok = sep and pattern and float(hz) >= 0
+        except ValueError:
+            ok = False
+        if not ok:
+            return f"entry '{item}' is not 'topic_pattern:max_hz' (e.g. 'camera/*/image_raw:10')"
+    return None
+
+
+def _port(value):
+    return None if 0 <= value <= 65535 else "must be a TCP port in [0, 65535] (0 = any free port)"
+
+
+class BridgeNode(Node):
+    def __init__(self):
+        super().__init__("foxglove_bridge")
+        d = lambda *a, **k: declare(self, *a, **k)  # noqa: E731
+        host = d("host", "127.0.0.1", "Address to listen on; 127.0.0.1 keeps it on this machine",
+                 lambda v: None if v else "must not be empty (use 0.0.0.0 for all interfaces)")
+        port = d("port", 8765, "WebSocket port; 0 picks a free one (logged)", _port)
+        patterns = d("topics", DEFAULT_TOPICS,
+                     "Allow-list: topic names or glob patterns, relative to the namespace",
+                     lambda v: None if v and all(isinstance(t, str) and t for t in v)
+                     else "must be a non-empty list of topic names")
+        limits = d("rate_limits", [""], "Per-topic 'pattern:max_hz' entries; unmatched = no limit",
+                   lambda v: _rate_limits([x for x in v if x]))
+        jpeg = d("jpeg_topics", [""], "Image topics sent as JPEG CompressedImage on <topic>/compressed")
+        self._jpeg_quality = d("jpeg_quality", 80, "JPEG quality 1-100",
+                               lambda v: None if 1 <= v <= 100 else "must be in [1, 100]")
+        queue_size = d("queue_size", 64, "Messages between ROS callbacks and the sender", positive)
+        backlog = d("client_backlog", 64, "Messages buffered per client before the oldest go",
+                    positive)
+        self._depth = d("subscription_depth", 10, "History depth of each subscription", positive)
+        self._ee_frame = d("ee_frame", "ee_link", "Frame name of the end effector in the 3D view",
+                           lambda v: None if v else "must not be empty")
+        ee_topic = d("ee_pose_topic", "ee_pose", "PoseStamped of the end effector (3D scene)")
+        events_topic = d("agent_events_topic", "agent/events", "AgentEvent topic (log, targets)")
+        period = d("discovery_period", 0.5, "s between looks for new allowed topics", positive)
+        stats_period = d("stats_period", 10.0, "s between statistics lines; 0 = never",
+                         non_negative)
+
+        try:
+            self._patterns = graph.resolve_patterns(self, patterns)
+            self._jpeg = graph.resolve_patterns(self, [p for p in jpeg if p])
+            self._limits = []
+            for item in (x for x in limits if x):
+                pattern, _, hz = item.rpartition(":")
+                self._limits.append((graph.resolve_patterns(self, [pattern])[0], float(hz)))
+            self._ee_topic, self._events_topic, ns_log, ns_tf, ns_scene = graph.resolve_patterns(
+                self, [ee_topic, events_topic, "agent/log", "scene/transforms", "scene/entities"])
+        except ParameterError:
+            raise
+        except Exception as err:  # rclpy's own exception types for invalid names
+            raise ParameterError(f"invalid topic name in the parameters: {err}") from None
+        try:
+            self.bridge = FoxgloveBridge(host, port, queue_size, backlog, name=self.get_fully_qualified_name())
+        except Exception as err:
+            raise ParameterError(f"cannot listen on {host}:{port} ({err}); pick another 'port' "
+                                 f"or stop the program using it") from None
+        ctx = self.bridge.context
+        self._tf = FrameTransformsChannel(ns_tf, context=ctx)
+        self._scene = SceneUpdateChannel(ns_scene, context=ctx)
+        self._log = LogChannel(ns_log, context=ctx)
+        self._subs = {}
+        self.create_timer(period, self._discover)
+        if stats_period > 0:
+            self.create_timer(stats_period, self._report)
+        self._discover()
+        self.get_logger().info(
+            f"Foxglove bridge listening on ws://{host}:{self.bridge.port} (foxglove.sdk.v1), "
+            f"allowed {self._patterns}")
+
+    # --- topics ---------------------------------------------------------------------------
+    def _max_hz(self, topic: str) -> float:
+        for pattern, hz in self._limits:
+            if fnmatch.fnmatchcase(topic, pattern):
+                return hz
+        return 0.0
+
+    def _discover(self) -> None:
+        for topic, type_name in graph.discover(self, self._patterns, set(self._subs)):
+            try:
+                cls = definitions.message_class(type_name)
+                jpeg = (type_name == "sensor_msgs/msg/Image"
+                        and any(fnmatch.fnmatchcase(topic, p) for p in self._jpeg))
+                if jpeg:
+                    self.bridge.add_ros_topic(
+                        topic, "sensor_msgs/msg/CompressedImage",
+                        definitions.full_text("sensor_msgs/msg/CompressedImage"),
+                        self._max_hz(topic), transform=self._to_jpeg,
+                        channel_topic=topic + "/compressed")
+                else:
+                    self.bridge.add_ros_topic(topic, type_name, definitions.full_text(type_name),
+                                              self._max_hz(topic))
+            except definitions.DefinitionError as err:
+                self.get_logger().error(f"not bridging {topic}: {err}")
+                self._subs[topic] = None
+                continue
+            if topic == self._ee_topic:
+                self.bridge.add_derived(topic, self._on_ee_pose,
+                                        lambda: self._tf.has_sinks() or self._scene.has_sinks())
+            if topic == self._events_topic:
+                self.bridge.add_derived(topic, self._on_agent_event,
+                                        lambda: self._log.has_sinks() or self._scene.has_sinks())
+            self._subs[topic] = self.create_subscription(
+                cls, topic, lambda data, t=topic: self.bridge.on_message(
+                    t, self.get_clock().now().nanoseconds, data),
+                graph.subscription_qos(self, topic, self._depth), raw=True)
+            self.get_logger().info(f"bridging {topic} [{type_name}]" + (" as JPEG" if jpeg else ""))
+
+    # --- sender-thread handlers -------------------------------------------------------------
+    def _to_jpeg(self, data: bytes) -> bytes:
+        from sensor_msgs.msg import Image
+
+        img = deserialize_message(data, Image)
+        out = rgb_to_compressed(to_rgb(image_to_numpy(img), img.encoding), "jpeg",
+                                self._jpeg_quality)
+        out.header = img.header
+        return serialize_message(out)
+
+    def _on_ee_pose(self, stamp: int, data: bytes) -> None:
+        from geometry_msgs.msg import PoseStamped
+
+        msg = deserialize_message(data, PoseStamped)
+        p, q = msg.pose.position, msg.pose.orientation
+        pos, quat = (p.x, p.y, p.z), (q.x, q.y, q.z, q.w)
+        self._tf.log(scene.ee_transform(stamp, msg.header.frame_id, self._ee_frame, pos, quat),
+                     log_time=stamp)
+        self._scene.log(scene.ee_entity(stamp, msg.header.frame_id, pos, quat), log_time=stamp)
+        self._base_frame = msg.header.frame_id
+
+    def _on_agent_event(self, stamp: int, data: bytes) -> None:
+        from rpent_interfaces.msg import AgentEvent
+
+        ev = deserialize_message(data, AgentEvent)
+        self._log.log(scene.event_log(stamp, ev.kind, ev.turn, ev.tool_name, ev.arguments_json,
+                                      ev.text, ev.ok, ev.duration), log_time=stamp)
+        target = scene.target_from_tool_call(ev.arguments_json) \
+            if ev.kind == AgentEvent.KIND_TOOL_CALL else None
+        if target:
+            frame = ev.header.frame_id or getattr(self, "_base_frame", "base_link")
+            self._scene.log(scene.target_entity(stamp, frame, target[0], target[1],
+                                                f"{ev.tool_name} target"), log_time=stamp)
+
+    def _report(self) -> None:
+        parts = [f"{t}: {s.sent} sent, {s.rate_limited} rate-limited, {s.errors} errors"
+                 for t, s in self.bridge.stats().items() if s.received]
+        self.get_logger().info(f"sender queue drops {self.bridge.dropped}; " + "; ".join(parts))
+
+
+def main(args=None) -> int:
+    rclpy.init(args=args)
+    try:
+        node = BridgeNode()
+    except ValueError as err:
+        print(f"[foxglove_bridge] cannot start: {err}", file=sys.stderr)
+        rclpy.try_shutdown()
+        return 2
+    executor = SingleThreadedExecutor()
+    executor.add_node(node)
+    try:
+        executor.spin()
+    except (KeyboardInterrupt, ExternalShutdownException):
+        pass
+    finally:
+        node.bridge.close()
+        node.destroy_node()
+        rclpy.try_shutdown()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,27 @@
+from glob import glob
+
+from setuptools import find_packages, setup
+
+package_name = "rpent_foxglove"
+
+setup(
+    name=package_name,
+    version="0.1.0",
+    packages=find_packages(exclude=["test"]),
+    data_files=[
+        ("share/ament_index/resource_index/packages", ["resource/" + package_name]),
+        ("share/" + package_name, ["package.xml"]),
+        ("share/" + package_name + "/launch", glob("launch/*.launch.py")),
+    ],
+    install_requires=["setuptools"],
+    zip_safe=True,
+    maintainer="RPent maintainers",
+    maintainer_email="maintainers@rpent.dev",
+    description="Foxglove WebSocket bridge (Foxglove SDK) for the robot contract, the agent and the action model.",
+    license="Apache-2.0",
+    entry_points={
+        "console_scripts": [
+            "bridge = rpent_foxglove.bridge_node:main",
+        ],
+    },
+)

@@ -1,0 +1,69 @@
+"""USB / RealSense (UVC) cameras through OpenCV, each captured on a thread of its own.
+
+A source is a device index ("0"), a device path ("/dev/video2"), a URL, or a video file
+(played in a loop, which is how the tests feed a camera). Cameras run by their own ROS
+driver (realsense2_camera, usb_cam) need nothing here: remap their topics onto
+``camera/<name>/image_raw`` in the launch file instead.
+"""
+from __future__ import annotations
+
+import math
+import threading
+import time
+from typing import Optional
+
+import cv2
+import numpy as np
+
+from rpent_contract.driver import CameraImage
+
+
+class OpenCVCamera:
+    """Latest frame of one capture source as an upright RGB :class:`CameraImage`."""
+
+    def __init__(self, name: str, source: str, width: int, height: int, fov_deg: float,
+                 rate: float):
+        self.name = name
+        target = int(source) if source.isdigit() else source
+        self._cap = cv2.VideoCapture(target)
+        if not self._cap.isOpened():
+            raise ValueError(f"camera '{name}': cannot open capture source '{source}' "
+                             "(check the device index / path, or remove it from cameras)")
+        self._is_file = not source.isdigit() and not source.startswith("/dev/") \
+            and "://" not in source
+        self._size = (width, height)
+        fx = width / (2.0 * math.tan(math.radians(fov_deg) / 2.0))
+        self._intrinsics = (fx, fx, width / 2.0, height / 2.0)
+        self._period = 1.0 / rate
+        self._latest: Optional[CameraImage] = None
+        self._lock = threading.Lock()
+        self._closed = threading.Event()
+        self.error = ""
+        self._thread = threading.Thread(target=self._run, name=f"camera-{name}", daemon=True)
+        self._thread.start()
+
+    def latest(self) -> Optional[CameraImage]:
+        with self._lock:
+            return self._latest
+
+    def _run(self) -> None:
+        while not self._closed.is_set():
+            started = time.monotonic()
+            ok, frame = self._cap.read()
+            if not ok and self._is_file:  # a recording plays in a loop
+                self._cap.set(cv2.CAP_PROP_POS_FRAMES, 0)
+                ok, frame = self._cap.read()
+            if ok:
+                rgb = cv2.cvtColor(cv2.resize(frame, self._size), cv2.COLOR_BGR2RGB)
+                with self._lock:
+                    self._latest = CameraImage(np.ascontiguousarray(rgb), *self._intrinsics)
+                self.error = ""
+            else:
+                self.error = f"camera '{self.name}': no frame from its capture source"
+            # Files would otherwise play as fast as they decode.
+            self._closed.wait(max(0.0, self._period - (time.monotonic() - started)))
+
+    def close(self) -> None:
+        self._closed.set()
+        self._thread.join(2.0)
+        self._cap.release()

@@ -1,0 +1,664 @@
+"""Franka FR3 robot node: the robot contract served through franky (libfranka 0.21).
+
+    ros2 run rpent_hw franka_node --ros-args --params-file config/franka.yaml
+
+Control spaces (every row is one control period, 1 / control_rate s):
+
+* ``ee_delta`` (default, relative): dx, dy, dz in m and a rotation vector drx, dry, drz in
+  rad, all in the base frame (rotations about the end effector), then a gripper command
+  (-1 open, +1 close, 0 keep). Each row moves the commanded pose target.
+* ``joint_position`` (absolute): the seven FR3 joint targets in rad, then the same
+  gripper command.
+
+``execute_chunk`` streams one target per control period as an asynchronous franky
+motion: each new target preempts the previous one, so the arm follows the stream without
+stopping in between. Cancel, ``stop``, a preempting goal and the safety watchdog halt the
+arm with franky's stop motion for the active control signal, within one control period.
+Every motion passes the safety layer (:mod:`rpent_hw.safety`) before anything moves.
+
+A reflex / control exception fails the running goal with franky's message, shows in
+``robot_state.errors`` and triggers ``recover_from_errors`` once; if that fails the node
+refuses motions until ``reset`` succeeds in recovering. A lost connection (robot powered
+off, network cut, franky-sim stopped) is reported the same way and retried every second.
+"""
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+from typing import Optional
+
+import numpy as np
+from std_msgs.msg import String
+from std_srvs.srv import SetBool
+
+from rpent_contract import params
+from rpent_contract.control_space import ControlSpaceSpec
+from rpent_contract.driver import (
+    ChunkOutcome,
+    GripperOutcome,
+    Motion,
+    MoveOutcome,
+    ResetRequest,
+    RobotDescription,
+    RobotDriver,
+    RobotSnapshot,
+    TaskInfo,
+)
+from rpent_contract.qos import LATCHED_QOS
+from rpent_contract.robot_node import RobotContractNode, spin_robot_node
+from rpent_contract.validation import GoalRejected
+
+from .cameras import OpenCVCamera
+from .safety import ApprovalGate, SafetyLayer, SafetyLimits, SafetyRejected, Watchdog, rotation_angle
+
+ARM_JOINTS = tuple(f"fr3_joint{i}" for i in range(1, 8))
+FINGER_JOINTS = ("fr3_finger_joint1", "fr3_finger_joint2")
+# FR3 joint limits (Franka's datasheet), rad.
+JOINT_LOWER = (-2.7437, -1.7837, -2.9007, -3.0421, -2.8065, 0.5445, -3.0159)
+JOINT_UPPER = (2.7437, 1.7837, 2.9007, -0.1518, 2.8065, 4.5169, 3.0159)
+GRIPPER_MAX_WIDTH = 0.08  # m, Franka Hand
+GRIPPER_MAX_FORCE = 70.0  # N, Franka Hand continuous force
+GRIPPER_TOLERANCE = 0.004  # m
+RECONNECT_PERIOD = 1.0  # s
+
+
+class RobotFault(RuntimeError):
+    """The robot failed during a motion; the message says what happened and what next."""
+
+
+def _gripper_column(description: str) -> str:
+    return description + " Last column: gripper, -1 opens, +1 closes (grasps), 0 keeps."
+
+
+def make_control_spaces(max_translation_step: float, max_rotation_step: float,
+                        max_joint_step: float, frame_id: str) -> list[ControlSpaceSpec]:
+    t, r = max_translation_step, max_rotation_step
+    return [
+        ControlSpaceSpec(
+            name="ee_delta", relative=True, frame_id=frame_id,
+            labels=("dx", "dy", "dz", "drx", "dry", "drz", "gripper"),
+            units=("m", "m", "m", "rad", "rad", "rad", "1"),
+            lower=(-t, -t, -t, -r, -r, -r, -1.0), upper=(t, t, t, r, r, r, 1.0),
+            step_scale=(1.0,) * 6,
+            description=_gripper_column(
+                "End-effector pose delta per control step in the base frame: translation in "
+                "m, then a rotation vector in rad about the end effector.")),
+        ControlSpaceSpec(
+            name="joint_position", relative=False,
+            labels=tuple(f"q{i}" for i in range(1, 8)) + ("gripper",),
+            units=("rad",) * 7 + ("1",),
+            lower=JOINT_LOWER + (-1.0,), upper=JOINT_UPPER + (1.0,),
+            max_step_change=(max_joint_step,) * 7 + (2.0,),
+            description=_gripper_column("Absolute FR3 joint position targets in rad.")),
+    ]
+
+
+class FrankaDriver(RobotDriver):
+    """An FR3 (or franky-sim) through franky; a thread keeps the latest state."""
+
+    def __init__(self, *, host: str, gripper: bool, realtime: str, dynamics_factor: float,
+                 control_rate: float, state_rate: float, spaces, safety: SafetyLayer, approval: ApprovalGate,
+                 home_joints, instruction: str, settle_velocity: float, settle_timeout: float,
+                 gripper_speed: float, gripper_force: float, cameras: dict, log):
+        import franky
+
+        self._franky = franky
+        self._host = host
+        self._use_gripper = gripper
+        self._realtime = (franky.RealtimeConfig.Enforce if realtime == "enforce"
+                          else franky.RealtimeConfig.Ignore)
+        self._dynamics = safety.dynamics_factor(dynamics_factor)
+        self._period = 1.0 / control_rate
+        self._state_period = 1.0 / state_rate
+        self.safety, self.approval = safety, approval
+        self._home = np.asarray(home_joints, dtype=np.float64)
+        self._instruction = instruction
+        self._settle_velocity, self._settle_timeout = settle_velocity, settle_timeout
+        self._gripper_speed, self._gripper_force = gripper_speed, gripper_force
+        self._log = log
+        self._description = RobotDescription(
+            embodiment="franka_fr3", simulated=False,
+            joint_names=list(ARM_JOINTS) + (list(FINGER_JOINTS) if gripper else []),
+            camera_names=list(cameras), control_spaces=spaces, control_rate=control_rate,
+            gripper_max_width=GRIPPER_MAX_WIDTH if gripper else 0.0)
+
+        self._lock = threading.Lock()  # state, connection and fault fields
+        self._cmd_lock = threading.RLock()  # one command to the arm at a time
+        self._sample = threading.Condition(self._lock)
+        self._robot = self._gripper = None
+        self._fault = ""  # a fault that needs reset (recovery failed / connection lost)
+        self._notice = ""  # last fault, shown until the next goal starts
+        self._episode_id, self._episode_step = uuid.uuid4().hex[:12], 0
+        self._active_motion: Optional[Motion] = None
+        self._gripper_closed: Optional[bool] = None
+        self._cameras: dict[str, OpenCVCamera] = {}
+        try:
+            self._connect()
+        except Exception as err:
+            raise ValueError(f"cannot reach the Franka at {host}: {err}. Check robot_ip, that "
+                             "FCI is enabled in Desk (or franky-sim is running), and that no "
+                             "other client holds the robot") from None
+        try:
+            for name, (source, width, height, fov) in cameras.items():
+                self._cameras[name] = OpenCVCamera(name, source, width, height, fov, control_rate)
+        except ValueError:
+            self.close()
+            raise
+        self._latest = self._read_state()
+        # Joint-space chunks are held to the same Cartesian limits via franky's kinematics.
+        safety.forward_kinematics = self.forward_kinematics
+        self.watchdog = Watchdog(safety.limits.watchdog_timeout, self._watchdog_expired)
+        self._closed = threading.Event()
+        self._reader = threading.Thread(target=self._read_loop, name="franka-state", daemon=True)
+        self._reader.start()
+
+    # --- connection and state ----------------------------------------------------------
+    def _connect(self) -> None:
+        franky = self._franky
+        robot = franky.Robot(self._host, realtime_config=self._realtime,
+                             relative_dynamics_factor=self._dynamics)
+        gripper = franky.Gripper(self._host) if self._use_gripper else None
+        with self._lock:
+            self._robot, self._gripper = robot, gripper
+
+    def forward_kinematics(self, q) -> tuple:
+        robot = self._robot
+        if robot is None:
+            raise GoalRejected(self._fault or f"not connected to the Franka at {self._host}")
+        s = robot.state
+        pose = robot.model.pose(self._franky.Frame.EndEffector, np.asarray(q, float),
+                                s.F_T_EE, s.EE_T_K)
+        return pose.translation, pose.quaternion
+
+    def _lost(self, err: Exception) -> str:
+        message = (f"connection to the Franka at {self._host} lost ({err}); reconnecting every "
+                   f"{RECONNECT_PERIOD:g} s - check the robot is powered, FCI enabled and the "
+                   "network up")
+        with self._lock:
+            self._robot = self._gripper = None
+            self._fault = message
+        return message
+
+    def _read_state(self) -> RobotSnapshot:
+        robot, gripper = self._robot, self._gripper
+        s = robot.state
+        pose = s.O_T_EE
+        width = float(gripper.width) if gripper is not None else 0.0
+        q = np.asarray(s.q, dtype=np.float64)
+        errors = [f"robot error: {e}" for e in _active_errors(s.current_errors)]
+        if s.robot_mode not in (self._franky.RobotMode.Idle, self._franky.RobotMode.Move):
+            errors.append(f"robot mode {s.robot_mode.name}")
+        return self._snapshot(q, np.asarray(s.dq, dtype=np.float64), pose.translation,
+                              pose.quaternion, width, errors)
+
+    def _snapshot(self, q, dq, position, quat, width, errors) -> RobotSnapshot:
+        fingers = [width / 2.0, width / 2.0] if self._use_gripper else []
+        with self._lock:
+            errors = list(errors) + [e for e in (self._fault, self._notice) if e]
+            step, episode = self._episode_step, self._episode_id
+        images = {}
+        for name, cam in self._cameras.items():
+            frame = cam.latest()
+            if frame is not None:
+                images[name] = frame
+            if cam.error:
+                errors.append(cam.error)
+        return RobotSnapshot(
+            joint_names=self._description.joint_names,
+            joint_positions=np.concatenate([q, fingers]),
+            joint_velocities=np.concatenate([dq, [0.0] * len(fingers)]),
+            ee_position=np.asarray(position, float), ee_orientation=np.asarray(quat, float),
+            gripper_width=width, episode_step=step, errors=errors, images=images,
+            task=TaskInfo(instruction=self._instruction, episode_id=episode,
+                          task_name="franka_fr3"))
+
+    def _read_loop(self) -> None:
+        """Keep the latest state at the control rate; reconnect while the robot is lost."""
+        next_try = 0.0
+        while not self._closed.wait(self._state_period):
+            if self._robot is None:
+                if time.monotonic() < next_try:
+                    self._refresh_stale()
+                    continue
+                next_try = time.monotonic() + RECONNECT_PERIOD
+                try:
+                    self._connect()
+                except Exception:
+                    self._refresh_stale()
+                    continue
+                with self._lock:
+                    self._fault = ""
+                self._log.info(f"reconnected to the Franka at {self._host}")
+            try:
+                snap = self._read_state()
+            except Exception as err:
+                self._log.error(self._lost(err))
+                self._refresh_stale()
+                continue
+            with self._sample:
+                self._latest = snap
+                self._sample.notify_all()
+
+    def _refresh_stale(self) -> None:
+        """While disconnected: the last known state, with the current errors and images."""
+        last = self._latest
+        snap = self._snapshot(last.joint_positions[:7], np.zeros(7), last.ee_position,
+                              last.ee_orientation, last.gripper_width, [])
+        with self._sample:
+            self._latest = snap
+            self._sample.notify_all()
+
+    def _next_sample(self, timeout: float) -> RobotSnapshot:
+        with self._sample:
+            before = self._latest
+            self._sample.wait_for(lambda: self._latest is not before, timeout)
+            return self._latest
+
+    # --- RobotDriver ---------------------------------------------------------------------
+    @property
+    def description(self) -> RobotDescription:
+        return self._description
+
+    def snapshot(self) -> RobotSnapshot:
+        with self._lock:
+            return self._latest
+
+    def state_in_space(self, space_name: str) -> Optional[np.ndarray]:
+        if space_name == "joint_position":
+            return np.append(self.snapshot().joint_positions[:7], 0.0)
+        return None
+
+    def execute_chunk(self, space, actions, motion, stop_on_success) -> ChunkOutcome:
+        robot = self._begin(motion)
+        snap = self.snapshot()
+        franky = self._franky
+        if space.name == "ee_delta":
+            positions, quats = self.safety.integrate_deltas(
+                snap.ee_position, snap.ee_orientation, actions[:, :6])
+
+            def command(i):
+                return franky.CartesianMotion(
+                    franky.Affine(positions[i], quats[i]), franky.ReferenceType.Absolute,
+                    relative_dynamics_factor=self._dynamics)
+        else:
+            self.safety.check_joint_path(snap.joint_positions[:7], actions[:, :7], JOINT_LOWER,
+                                         JOINT_UPPER, np.asarray(space.max_step_change[:7]))
+
+            def command(i):
+                return franky.JointMotion(actions[i, :7], franky.ReferenceType.Absolute,
+                                          relative_dynamics_factor=self._dynamics)
+        self._approve(f"execute_chunk: {len(actions)} steps in {space.name}", motion)
+        done = 0
+        try:
+            self.watchdog.arm()
+            try:
+                t_next = time.monotonic()
+                for i in range(len(actions)):
+                    with self._cmd_lock:
+                        if motion.stopped:
+                            break
+                        robot.move(command(i), asynchronous=True)
+                        self._gripper_action(actions[i, -1])
+                    self.watchdog.feed()
+                    t_next = self._tick(t_next)
+                    robot.poll_motion()  # raises the reflex / control error of a failed motion
+                    done += 1
+                    motion.feedback(self.snapshot(), i)
+            finally:
+                self.watchdog.disarm()
+            if not motion.stopped:
+                robot.join_motion(max(1.0, self._settle_timeout))
+        except Exception as err:
+            return ChunkOutcome(done, self.snapshot(), fault=self._on_fault(err, "execute_chunk"))
+        return ChunkOutcome(done, self._finish(robot, motion))
+
+    def move_to(self, position, orientation, *, position_only, max_translation_step,
+                max_rotation_step, position_tolerance, orientation_tolerance, max_steps,
+                motion) -> MoveOutcome:
+        robot = self._begin(motion)
+        snap = self.snapshot()
+        target_q = snap.ee_orientation.copy() if position_only else orientation
+        self.safety.check_goal_target(snap.ee_position, snap.ee_orientation, position, target_q)
+        self._approve(f"move_to {np.round(position, 3).tolist()}", motion)
+        franky = self._franky
+        cmd_p, cmd_q = snap.ee_position, snap.ee_orientation
+        steps, reached = 0, False
+        pos_err = rot_err = float("inf")
+        try:
+            t_next = time.monotonic()
+            while steps < max_steps:
+                with self._cmd_lock:
+                    if motion.stopped:
+                        break
+                    if not (np.allclose(cmd_p, position) and np.allclose(cmd_q, target_q)):
+                        # Each target at most one safety step beyond the last one.
+                        cmd_p, cmd_q = self.safety.clip_step(cmd_p, cmd_q, position, target_q,
+                                                             max_translation_step,
+                                                             max_rotation_step)
+                        robot.move(franky.CartesianMotion(
+                            franky.Affine(cmd_p, cmd_q), franky.ReferenceType.Absolute,
+                            relative_dynamics_factor=self._dynamics), asynchronous=True)
+                t_next = self._tick(t_next)
+                moving = robot.poll_motion()
+                snap = self.snapshot()
+                motion.feedback(snap, steps)
+                steps += 1
+                pos_err = float(np.linalg.norm(snap.ee_position - position))
+                rot_err = rotation_angle(snap.ee_orientation, target_q)
+                if pos_err <= position_tolerance and rot_err <= orientation_tolerance \
+                        and not moving:
+                    reached = True
+                    break
+        except Exception as err:
+            return MoveOutcome(False, self.snapshot(), pos_err, rot_err, steps,
+                               self._on_fault(err, "move_to"))
+        snap = self._finish(robot, motion)
+        pos_err = float(np.linalg.norm(snap.ee_position - position))
+        rot_err = rotation_angle(snap.ee_orientation, target_q)
+        reached = reached or (pos_err <= position_tolerance and rot_err <= orientation_tolerance)
+        return MoveOutcome(reached, snap, pos_err, rot_err, steps)
+
+    def gripper(self, width, max_effort, motion) -> GripperOutcome:
+        self._begin(motion)
+        gripper = self._gripper
+        if gripper is None:
+            raise GoalRejected("this Franka runs without a gripper (parameter gripper: false)")
+        force = min(max_effort or self._gripper_force, GRIPPER_MAX_FORCE)
+        start = float(gripper.width)
+        closing = width < start - GRIPPER_TOLERANCE
+        self._approve(f"gripper to {width:.3f} m", motion)
+        try:
+            if closing:
+                # Success anywhere between the target and the start: whatever stops the
+                # fingers in that range is the object being held.
+                future = gripper.grasp_async(width, self._gripper_speed, force,
+                                             epsilon_inner=GRIPPER_TOLERANCE,
+                                             epsilon_outer=max(start - width, GRIPPER_TOLERANCE))
+            else:
+                future = gripper.move_async(width, self._gripper_speed)
+            steps, t_next = 0, time.monotonic()
+            while not future.wait(0):
+                if motion.stopped:
+                    gripper.stop()
+                    break
+                t_next = self._tick(t_next)
+                motion.feedback(self.snapshot(), steps)
+                steps += 1
+            ok = bool(future.get()) if not motion.stopped else False
+            reached_width = float(gripper.width)
+        except Exception as err:
+            snap = self.snapshot()
+            return GripperOutcome(snap.gripper_width, False, False, snap,
+                                  message=self._on_fault(err, "gripper_command"))
+        with self._lock:
+            self._gripper_closed = closing
+        reached = abs(reached_width - width) <= GRIPPER_TOLERANCE
+        grasped = closing and ok and not reached
+        snap = self._next_sample(1.0)
+        message = (f"grasped an object at {reached_width:.4f} m (target {width:.4f} m, "
+                   f"{force:g} N)" if grasped else f"gripper at {reached_width:.4f} m"
+                   + ("" if reached or ok else f"; did not reach {width:.4f} m"))
+        return GripperOutcome(reached_width, reached, grasped, snap, effort=force if grasped
+                              else 0.0, message=message)
+
+    def hold(self) -> None:
+        robot = self._robot
+        if robot is not None:
+            self._halt(robot)
+
+    def reset(self, request: ResetRequest) -> RobotSnapshot:
+        if request.suite or request.task_id >= 0 or request.seed >= 0 \
+                or request.init_state_index >= 0:
+            raise ValueError("a real Franka has no task list, suite, seed or recorded initial "
+                             "states: call reset with no arguments (it recovers from errors and "
+                             "moves the arm to home_joints)")
+        if self._robot is None:
+            raise RobotFault(self._fault or "not connected to the robot")
+        robot = self._robot
+        if self._fault or robot.has_errors:
+            if not robot.recover_from_errors():
+                raise RobotFault("recover_from_errors failed: clear the cause (e-stop, "
+                                 "collision, joint limit) in Desk and call reset again")
+        with self._lock:
+            self._fault = self._notice = ""
+        with self._cmd_lock:
+            robot.move(self._franky.JointMotion(self._home, relative_dynamics_factor=self._dynamics))
+        self._settle(time.monotonic() + self._settle_timeout)
+        with self._lock:
+            self._episode_id, self._episode_step = uuid.uuid4().hex[:12], 0
+        return self._next_sample(1.0)
+
+    def close(self) -> None:
+        if hasattr(self, "_closed"):
+            self._closed.set()
+            self._reader.join(2.0)
+            self.watchdog.close()
+        for cam in self._cameras.values():
+            cam.close()
+        with self._lock:
+            self._robot = self._gripper = None
+
+    # --- motion helpers ------------------------------------------------------------------
+    def _begin(self, motion: Motion):
+        """The robot for a new motion, or a refusal saying why there is none."""
+        with self._lock:
+            robot, fault = self._robot, self._fault
+            self._notice = ""
+            self._active_motion = motion
+        if robot is None:
+            raise GoalRejected(fault or f"not connected to the Franka at {self._host}")
+        if fault:
+            raise GoalRejected(f"{fault}")
+        return robot
+
+    def _approve(self, what: str, motion: Motion) -> None:
+        self.approval.request(what, lambda: motion.stopped)
+
+    def _tick(self, t_next: float) -> float:
+        """Wait out the control period; count it as an episode step."""
+        t_next += self._period
+        time.sleep(max(0.0, t_next - time.monotonic()))
+        with self._lock:
+            self._episode_step += 1
+        return t_next
+
+    def _gripper_action(self, value: float) -> None:
+        """Chunk gripper column: start a grasp / open when the command flips."""
+        if self._gripper is None or abs(value) < 0.5:
+            return
+        close = value > 0
+        with self._lock:
+            if self._gripper_closed == close:
+                return
+            self._gripper_closed = close
+        if close:
+            self._gripper.grasp_async(0.0, self._gripper_speed, self._gripper_force,
+                                      epsilon_inner=GRIPPER_TOLERANCE,
+                                      epsilon_outer=GRIPPER_MAX_WIDTH)
+        else:
+            self._gripper.move_async(GRIPPER_MAX_WIDTH, self._gripper_speed)
+
+    def _halt(self, robot) -> None:
+        """Decelerate to rest with franky's stop motion for the running control signal."""
+        franky = self._franky
+        with self._cmd_lock:
+            try:
+                if not robot.poll_motion():
+                    return
+                signal = robot.current_control_signal_type
+                stop = (franky.JointStopMotion() if signal == franky.ControlSignalType.JointPositions
+                        else franky.CartesianStopMotion())
+                robot.move(stop, asynchronous=True)
+                if not robot.join_motion(2.0):
+                    robot.stop()  # the stop motion itself stalled: preempt outright
+            except self._franky.ControlException:
+                pass  # the motion being stopped ended with "preempted"
+
+    def _finish(self, robot, motion: Motion) -> RobotSnapshot:
+        """End a motion: halt if it was stopped, then wait until the arm is at rest."""
+        if motion.stopped:
+            self._halt(robot)
+        self._settle(time.monotonic() + self._settle_timeout)
+        return self.snapshot()
+
+    def _settle(self, deadline: float) -> None:
+        """Wait (bounded) until the joints move slower than settle_velocity, so a goal's
+        result and the next goal start from an arm at rest."""
+        prev, quiet = self.snapshot(), 0
+        while time.monotonic() < deadline and quiet < 2:
+            snap = self._next_sample(2 * self._state_period)
+            speed = np.max(np.abs(snap.joint_positions[:7] - prev.joint_positions[:7])) / \
+                self._state_period
+            quiet = quiet + 1 if speed < self._settle_velocity else 0
+            prev = snap
+
+    def _watchdog_expired(self, reason: str) -> None:
+        with self._lock:
+            motion, robot = self._active_motion, self._robot
+            self._notice = reason
+        self._log.error(reason)
+        if motion is not None:
+            motion.stop(reason)
+        if robot is not None:
+            self._halt(robot)
+
+    def _on_fault(self, err: Exception, label: str) -> str:
+        """Report a failure during a motion; recover automatically once."""
+        franky = self._franky
+        if isinstance(err, (franky.NetworkException, franky.ProtocolException)):
+            message = self._lost(err)
+            self._log.error(f"{label}: {message}")
+            return message
+        message = f"{label} stopped by the robot: {err}"
+        robot = self._robot
+        try:
+            recovered = robot is not None and robot.recover_from_errors()
+        except Exception as rec_err:
+            recovered, err = False, rec_err
+        if recovered:
+            message += "; recovered automatically (recover_from_errors), new goals may run"
+            with self._lock:
+                self._notice = message
+        else:
+            message += ("; automatic recovery failed: clear the cause (e-stop, collision, "
+                        "joint limit) and call reset, which retries recovery")
+            with self._lock:
+                self._fault = message
+        self._log.error(message)
+        return message
+
+
+def _active_errors(errors) -> list[str]:
+    return [name for name in dir(errors) if not name.startswith("_")
+            and isinstance(getattr(errors, name), bool) and getattr(errors, name)]
+
+
+class FrankaNode(RobotContractNode):
+    def __init__(self):
+        # Base frame fr3_link0; the default box keeps the hand above the table in front.
+        super().__init__("franka", default_workspace=((0.25, -0.45, 0.05), (0.80, 0.45, 0.80)))
+        gate = self.driver.approval
+        self.create_service(SetBool, "safety/approve",
+                            lambda req, res: self._answer(gate, req, res))
+        self._pending_pub = self.create_publisher(String, "safety/pending", LATCHED_QOS)
+        self._pending = None
+        self.create_timer(0.1, lambda: self._publish_pending(gate))
+
+    def create_driver(self) -> RobotDriver:
+        d = lambda *a, **k: params.declare(self, *a, **k)  # noqa: E731
+        unit = lambda v: None if 0 < v <= 1 else "must be in (0, 1]"  # noqa: E731
+        rate = d("control_rate", 20.0, "Chunk rate and state publish rate, Hz",
+                 lambda v: None if 0 < v <= 200 else "must be in (0, 200] Hz")
+        limits = SafetyLimits(
+            workspace=self.workspace,
+            max_translation_step=self.max_translation_step,
+            max_rotation_step=self.max_rotation_step,
+            max_goal_translation=d("max_goal_translation", 0.5,
+                                   "Farthest a goal may move the end effector from its start, m",
+                                   params.positive),
+            max_goal_rotation=d("max_goal_rotation", 1.6,
+                                "Largest rotation of the end effector in one goal, rad",
+                                params.positive),
+            velocity_scale=d("velocity_scale", 1.0,
+                             "Safety scaling of every motion's velocity/acceleration/jerk", unit),
+            watchdog_timeout=d("watchdog_timeout", 0.5,
+                               "Stop the arm when a chunk's next command is this late, s",
+                               params.positive))
+        approval = ApprovalGate(
+            d("require_approval", False,
+              "Hold every motion until an operator approves it on safety/approve "
+              "(recommended on hardware while a policy is untested)"),
+            d("approval_timeout", 60.0, "Refuse a motion not approved within this time, s",
+              params.positive))
+        names = d("cameras", [""], "OpenCV camera names (camera/<name>/image_raw); [''] = none")
+        sources = d("camera_sources", [""], "Capture source per camera: index, /dev path, URL "
+                    "or video file")
+        names, sources = [n for n in names if n], [s for s in sources if s]
+        if len(names) != len(sources):
+            raise params.ParameterError(
+                f"cameras {names} and camera_sources {sources} need one source per camera")
+        cam_w = d("camera_width", 640, "Camera image width, px",
+                  lambda v: None if 16 <= v <= 4096 else "must be in [16, 4096]")
+        cam_h = d("camera_height", 480, "Camera image height, px",
+                  lambda v: None if 16 <= v <= 4096 else "must be in [16, 4096]")
+        fov = d("camera_fov_deg", 69.0, "Horizontal field of view for the intrinsics, degrees",
+                lambda v: None if 1 < v < 179 else "must be in (1, 179)")
+        host = d("robot_ip", "172.16.0.2", "Franka control (FCI) address",
+                 lambda v: None if v else "must not be empty")
+        safety_layer = SafetyLayer(limits)
+        driver = FrankaDriver(
+            host=host,
+            gripper=d("gripper", True, "Use the Franka Hand"),
+            realtime=d("realtime_mode", "enforce",
+                       "enforce: refuse to run without a realtime kernel (hardware); ignore: "
+                       "run anyway (franky-sim, development)", params.one_of("enforce", "ignore")),
+            dynamics_factor=d("relative_dynamics_factor", 0.2,
+                              "franky relative dynamics factor of every motion", unit),
+            control_rate=rate,
+            # State is read as often as it is published (publish_rate 0 = the control rate).
+            state_rate=max(rate, self.publish_rate),
+            spaces=make_control_spaces(
+                self.max_translation_step, self.max_rotation_step,
+                d("max_joint_step", 0.05, "Largest joint change per step of joint_position, rad",
+                  params.positive), self.base_frame),
+            safety=safety_layer, approval=approval,
+            home_joints=d("home_joints", [0.0, 0.0, 0.0, -1.57, 0.0, 1.57, 0.785],
+                          "Joint configuration reset moves to, rad", params.vector(7)),
+            instruction=d("instruction", "", "Task instruction published on task_status"),
+            settle_velocity=d("settle_velocity", 1e-3,
+                              "A motion ends once every joint is slower than this, rad/s",
+                              params.positive),
+            settle_timeout=d("settle_timeout", 3.0, "Longest wait for the arm to come to rest, s",
+                             params.positive),
+            gripper_speed=d("gripper_speed", 0.05, "Finger speed, m/s", params.positive),
+            gripper_force=d("gripper_force", 20.0, "Grasp force when a goal gives none, N",
+                            lambda v: None if 0 < v <= GRIPPER_MAX_FORCE
+                            else f"must be in (0, {GRIPPER_MAX_FORCE:g}] N"),
+            cameras={n: (s, cam_w, cam_h, fov) for n, s in zip(names, sources)},
+            log=self.get_logger())
+        return driver
+
+    def _answer(self, gate: ApprovalGate, request, response):
+        response.success, response.message = gate.answer(bool(request.data))
+        return response
+
+    def _publish_pending(self, gate: ApprovalGate) -> None:
+        pending = gate.pending
+        if pending != self._pending:
+            self._pending = pending
+            self._pending_pub.publish(String(data=pending))
+
+    def _driver_failure(self, goal_handle, result, err, label):
+        # The safety layer and a faulted robot refuse before anything moves.
+        if isinstance(err, GoalRejected):
+            return self._refuse(goal_handle, result, str(err), label)
+        return super()._driver_failure(goal_handle, result, err, label)
+
+
+def main(args=None):
+    raise SystemExit(spin_robot_node(FrankaNode, args=args))
+
+
+if __name__ == "__main__":
+    main()

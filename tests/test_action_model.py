@@ -1,0 +1,196 @@
+"""The action-model node over a real ROS graph, with the LIBERO node as the robot.
+
+The scripted expert is the backend here (no weights needed); the remote and LeRobot
+backends have their own tests in rpent_am.
+"""
+from __future__ import annotations
+
+import threading
+import time
+
+import numpy as np
+import pytest
+from action_msgs.msg import GoalStatus
+
+from rpent_am.backends.rpent_http import RpentHttpServer
+from rpent_am.chunk_executor import ChunkExecutor, stale_prefix
+from rpent_am.client import ActionModelClient, ChunkRejected, IncompatibleModel
+from rpent_am.policy import ModelMeta, PolicyBackend
+from rpent_contract.client import RobotClient
+from rpent_contract.control_space import array_to_chunk
+from rpent_contract.processes import wait_until
+from rpent_env_sim.libero_node import LIBERO_OSC_DELTA
+from rpent_interfaces.action import Predict
+from rpent_interfaces.msg import ControlSpace
+from rpent_interfaces.srv import GetRobotInfo
+
+SOUP = "pick the alphabet soup and place it in the basket"
+BUTTER = "pick the butter and place it in the basket"
+
+
+@pytest.fixture(scope="module")
+def stack(rclpy_context, node_factory):
+    robot_proc = node_factory("rpent_env_sim", "libero_node",
+                              {"suite": "libero_object", "task_id": 0}, name="am_robot")
+    robot = RobotClient()
+    info = robot.wait_ready(180)
+    am_proc = node_factory("rpent_am", "am_node", {"backend": "scripted"}, name="am")
+    model = ActionModelClient(robot.node)
+    try:
+        meta = model.connect(info, timeout=60)
+    except Exception:
+        pytest.fail(f"action-model node did not come up:\n{am_proc.log_tail()}")
+    yield robot, model, info, meta
+    robot.close()
+    for proc in (robot_proc, am_proc):
+        assert proc.alive(), proc.log_tail()
+
+
+def test_metadata_describes_the_model(stack):
+    _robot, _model, info, meta = stack
+    assert meta.backend == "scripted"
+    assert meta.action_space.name == "libero_osc_delta"
+    assert meta.action_space.name in [s.name for s in info.control_spaces]
+    assert meta.chunk_size == 10
+    assert list(meta.state_names)[:3] == ["ee_x", "ee_y", "ee_z"]
+
+
+def test_single_predict_uses_the_latest_robot_observation(stack):
+    robot, model, _info, meta = stack
+    robot.reset()
+    chunk = model.predict(SOUP)
+    assert chunk.shape == (meta.chunk_size, 7)
+    assert np.all(np.isfinite(chunk)) and np.all(np.abs(chunk) <= 1.0)
+    # The soup can lies at negative y from the start pose: the expert heads there, open.
+    assert chunk[0, 1] < 0 and chunk[0, 6] == -1.0
+
+
+def test_stream_publishes_numbered_chunks_until_the_budget(stack):
+    robot, model, _info, _meta = stack
+    chunks = []
+    run = model.stream(SOUP, chunks.append, max_chunks=3, client_id="budget")
+    status, result = run.result(60)
+    assert status == GoalStatus.STATUS_SUCCEEDED, result.message
+    assert result.chunks == 3 and [c.sequence for c in chunks] == [0, 1, 2]
+    stamps = [c.observation_stamp.sec * 10**9 + c.observation_stamp.nanosec for c in chunks]
+    assert stamps == sorted(stamps) and len(set(stamps)) == 3, \
+        "each streamed chunk must come from a newer observation"
+    assert all(c.inference_ms >= 0 and c.step_period == pytest.approx(0.05) for c in chunks)
+
+
+def test_cancel_ends_a_stream(stack):
+    _robot, model, _info, _meta = stack
+    chunks = []
+    run = model.stream(SOUP, chunks.append, client_id="cancel")
+    wait_until(lambda: len(chunks) >= 2, 30, what="two streamed chunks")
+    run.cancel()
+    status, result = run.result(30)
+    assert status == GoalStatus.STATUS_CANCELED
+    assert result.chunks >= 2 and "canceled" in result.message
+
+
+def test_concurrent_clients_keep_their_own_policy_state(stack):
+    robot, model, _info, _meta = stack
+    robot.reset()
+    out = {}
+
+    def ask(name, instruction):
+        out[name] = model.predict(instruction, client_id=name)
+
+    threads = [threading.Thread(target=ask, args=a) for a in (("a", SOUP), ("b", BUTTER))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    poses = robot.object_poses()
+    # Each client's first move heads for its own object.
+    soup_dir = np.sign(poses["alphabet_soup_1"][0][1] - poses["butter_1"][0][1])
+    assert np.sign(out["a"][0, 1] - out["b"][0, 1]) == soup_dir
+    assert model.reset("a").success
+    assert "'a'" in model.reset("a").message
+
+
+def test_bad_instruction_fails_the_goal_and_the_node_keeps_serving(stack):
+    _robot, model, _info, meta = stack
+    with pytest.raises(RuntimeError, match="cannot tell what to pick"):
+        model.predict("dance a little", client_id="confused")
+    assert model.meta().backend == meta.backend
+
+
+def test_goal_observation_missing_state_is_refused(stack):
+    _robot, model, _info, _meta = stack
+    goal = Predict.Goal(instruction=SOUP, mode=Predict.Goal.MODE_SINGLE)
+    goal.observation.state = [0.1, 0.2]
+    goal.observation.state_names = ["ee_x", "ee_y"]
+    status, result = model.send(goal).result(30)
+    assert status == GoalStatus.STATUS_ABORTED
+    assert "needs state entries" in result.message and "ee_z" in result.message
+
+
+def test_model_for_another_control_space_is_refused_at_connection(stack):
+    _robot, model, _info, _meta = stack
+    other = GetRobotInfo.Response(embodiment="so101")
+    other.control_spaces = [ControlSpace(name="joint_position", dim=6)]
+    with pytest.raises(IncompatibleModel, match="accepts only joint_position"):
+        model.connect(other)
+
+
+def test_client_refuses_bad_chunks_before_the_robot_sees_them(stack):
+    _robot, model, info, _meta = stack
+    model.connect(info)
+    bad = np.zeros((4, 7))
+    bad[1, 2] = np.nan
+    with pytest.raises(ChunkRejected, match="non-finite"):
+        model.validate(array_to_chunk(bad, "libero_osc_delta"))
+    with pytest.raises(ChunkRejected, match="unknown control space"):
+        model.validate(array_to_chunk(np.zeros((4, 7)), "ee_delta_pose"))
+    with pytest.raises(ChunkRejected, match="outside"):
+        model.validate(array_to_chunk(np.full((4, 7), 3.0), "libero_osc_delta"))
+
+
+def test_stale_prefix_counts_steps_after_the_observation():
+    assert stale_prefix(100, [50, 90, 110, 130]) == 2
+    assert stale_prefix(200, [50, 90]) == 0
+
+
+@pytest.mark.slow
+def test_executor_streams_the_expert_to_native_success(stack):
+    robot, model, _info, _meta = stack
+    assert robot.reset(init_state_index=1).success
+    report = ChunkExecutor(robot, model).run(SOUP, max_steps=400, timeout=150,
+                                             client_id="executor")
+    assert report.outcome == "task_success", report.message
+    assert report.task_success and report.chunks_executed > 5
+    assert report.chunks_stale == 0 and report.chunks_rejected == 0
+
+
+class SlowBackend(PolicyBackend):
+    """A real backend whose inference takes longer than the node lets it."""
+
+    meta = ModelMeta("slow", "test", "slow-v1", LIBERO_OSC_DELTA, 4, state_names=("ee_x",))
+
+    def predict(self, observation, instruction, session):
+        time.sleep(3.0)
+        return np.zeros((4, 7))
+
+
+def test_backend_timeout_fails_the_goal_over_the_rpent_http_protocol(stack, node_factory):
+    robot, _model, info, _meta = stack
+    with RpentHttpServer(SlowBackend()) as server:
+        proc = node_factory("rpent_am", "am_node",
+                            {"backend": "rpent_http", "endpoint": server.endpoint,
+                             "timeout": 1.0, "cameras": ["agentview=agentview"]},
+                            name="slow_model", remaps={"__node": "slow_model"})
+        slow = ActionModelClient(robot.node, model="/slow_model")
+        try:
+            meta = slow.connect(info, timeout=60)
+        except Exception:
+            pytest.fail(proc.log_tail())
+        assert meta.backend in ("slow", "rpent_http")
+        goal = Predict.Goal(instruction=SOUP, mode=Predict.Goal.MODE_SINGLE, timeout=1.0)
+        status, result = slow.send(goal).result(30)
+        assert status == GoalStatus.STATUS_ABORTED
+        assert "did not answer within 1 s" in result.message or "timed out" in result.message, \
+            result.message
+        assert slow.meta().backend == meta.backend, "node stopped serving after a timeout"
+        proc.stop()

@@ -1,0 +1,206 @@
+"""Franka node against franky-sim: real franky (libfranka protocol) motions end to end.
+
+The contract suite (tests/contract) covers what every robot does; this covers what the
+Franka adds: both control spaces reaching their targets, gripper widths, the safety
+layer's refusals, operator approval, and surviving the robot disappearing mid-motion.
+"""
+from __future__ import annotations
+
+import math
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+from action_msgs.msg import GoalStatus
+
+from rpent_contract.processes import wait_until
+from rpent_interfaces.action import ExecuteChunk
+
+CONFIG = Path(__file__).resolve().parents[1] / "config" / "franka.yaml"
+SUCCEEDED, ABORTED, CANCELED = (GoalStatus.STATUS_SUCCEEDED, GoalStatus.STATUS_ABORTED,
+                                GoalStatus.STATUS_CANCELED)
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def franka(rclpy_context, node_factory, tmp_path_factory):
+    """franky-sim + the Franka node + a client; the sim is stopped even when a test fails."""
+    from rpent_contract.client import RobotClient
+    from rpent_hw.franky_sim import FrankySimProcess
+
+    log_dir = tmp_path_factory.mktemp("franka")
+    sim = FrankySimProcess(log_dir).start()
+    client = None
+    try:
+        node = node_factory("rpent_hw", "franka_node", {"robot_ip": sim.host},
+                            name="franka_specific", params_file=CONFIG)
+        client = RobotClient()
+        client.wait_ready(60)
+        yield client, sim, node
+    finally:
+        if client is not None:
+            client.close()
+        sim.stop()
+
+
+def _state(client):
+    from rpent_interfaces.msg import RobotState
+    from rpent_contract.qos import STATE_QOS
+
+    box = {}
+    sub = client.node.create_subscription(RobotState, "robot_state",
+                                          lambda m: box.__setitem__("m", m), STATE_QOS)
+    try:
+        return wait_until(lambda: box.get("m"), 10, what="robot_state")
+    finally:
+        client.node.destroy_subscription(sub)
+
+
+def _position(pose):
+    return np.array([pose.position.x, pose.position.y, pose.position.z])
+
+
+def _yaw_quat(quat, angle):
+    """Orientation ``quat`` (x, y, z, w) turned by ``angle`` about the base z axis."""
+    from rpent_contract.geometry import quaternion_multiply
+
+    return quaternion_multiply([0.0, 0.0, math.sin(angle / 2), math.cos(angle / 2)], quat)
+
+
+def test_move_to_reaches_position_and_orientation(franka):
+    client, _sim, _node = franka
+    assert client.reset().success
+    start = _state(client).ee_pose
+    q0 = [start.orientation.x, start.orientation.y, start.orientation.z, start.orientation.w]
+    target = _position(start) + [-0.05, 0.08, -0.06]
+    target_q = _yaw_quat(q0, 0.3)
+    status, result = client.move_to(target, target_q, timeout=60)
+    assert status == SUCCEEDED and result.reached, result.message
+    after = _state(client).ee_pose
+    assert np.linalg.norm(_position(after) - target) < 0.01
+    o = after.orientation
+    assert abs(np.dot([o.x, o.y, o.z, o.w], target_q)) > math.cos(0.05 / 2)
+
+
+def test_ee_delta_chunk_integrates_to_its_sum(franka):
+    client, _sim, _node = franka
+    start = _position(_state(client).ee_pose)
+    rows = np.zeros((30, 7))
+    rows[:, 0], rows[:, 2] = 0.002, -0.001  # 6 cm forward, 3 cm down over 1.5 s
+    seen = []
+    goal = ExecuteChunk.Goal()
+    from rpent_contract.control_space import array_to_chunk
+
+    array_to_chunk(rows, "ee_delta", goal.chunk)
+    status, result = client.send("execute_chunk", goal,
+                                 feedback=lambda fb: seen.append(fb.feedback.step)).result(60)
+    assert status == SUCCEEDED and result.steps_executed == 30, result.message
+    assert sorted(set(seen)) == list(range(30)), "feedback missing for some steps"
+    np.testing.assert_allclose(_position(result.final_ee_pose), start + [0.06, 0.0, -0.03],
+                               atol=0.005)
+
+
+def test_joint_chunk_reaches_its_last_row(franka):
+    client, _sim, _node = franka
+    q = np.array(_state(client).joint_positions[:7])
+    target = q + np.array([0.2, -0.1, 0.0, 0.15, 0.0, 0.1, -0.2])
+    ramp = np.linspace(q, target, 11)[1:]  # 10 steps, at most 0.02 rad each
+    rows = np.hstack([ramp, np.zeros((10, 1))])
+    status, result = client.execute_chunk(rows, "joint_position", timeout=60)
+    assert status == SUCCEEDED, result.message
+    np.testing.assert_allclose(_state(client).joint_positions[:7], target, atol=5e-3)
+
+
+def test_gripper_moves_to_commanded_widths(franka):
+    client, _sim, _node = franka
+    for width in (0.02, 0.07):
+        status, result = client.gripper(width)
+        assert status == SUCCEEDED and result.reached_goal, result.message
+        assert abs(result.position - width) < 0.005
+        assert abs(_state(client).gripper_width - width) < 0.005
+    # Closing on nothing reaches the target; it is not reported as a grasp.
+    status, result = client.gripper(0.0, max_effort=30.0)
+    assert status == SUCCEEDED and result.reached_goal and not result.stalled, result.message
+
+
+@pytest.mark.parametrize("case,expected", [
+    ("goal too far", "max_goal_translation"),
+    ("joint step too large", "per step"),
+    ("joint target outside workspace", "workspace"),
+])
+def test_safety_layer_refuses_without_moving(franka, case, expected):
+    client, _sim, _node = franka
+    assert client.reset().success  # from home, where these paths stay inside the box
+    before = _state(client)
+    q = np.array(before.joint_positions[:7])
+    if case == "goal too far":  # inside the box, every step within limits, 0.51 m in all
+        space, rows = "ee_delta", np.tile([-0.0085, 0.0147, 0, 0, 0, 0, 0], (30, 1))
+    elif case == "joint step too large":
+        space, rows = "joint_position", np.append(q + [0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.3], 0)[None]
+    else:  # small joint steps that fold the arm down below the workspace floor
+        target = q + np.array([0.0, 1.2, 0.0, 0.0, 0.0, 0.0, 0.0])
+        space = "joint_position"
+        rows = np.hstack([np.linspace(q, target, 81)[1:], np.zeros((80, 1))])
+    status, result = client.execute_chunk(rows, space, timeout=30)
+    assert status == ABORTED and result.outcome == ExecuteChunk.Result.OUTCOME_REFUSED
+    assert expected in result.message, result.message
+    assert result.steps_executed == 0
+    after = _state(client)
+    np.testing.assert_allclose(after.joint_positions, before.joint_positions, atol=1e-4)
+
+
+def test_cancelled_move_to_stops_short_and_holds(franka):
+    client, _sim, _node = franka
+    start = _position(_state(client).ee_pose)
+    target = start + [0.0, -0.25, 0.0]
+    goal = _move_goal(target)
+    goal.max_translation_step = 0.005  # 0.1 m/s: about 2.5 s to get there
+    run = client.send("move_to", goal)
+    time.sleep(1.0)
+    run.cancel()
+    status, result = run.result(30)
+    assert status == CANCELED, result.message
+    stopped = _position(_state(client).ee_pose)
+    assert np.linalg.norm(stopped - target) > 0.05, "the arm went all the way"
+    time.sleep(1.0)
+    assert np.linalg.norm(_position(_state(client).ee_pose) - stopped) < 1e-3
+
+
+def _move_goal(position):
+    from rpent_interfaces.action import MoveTo
+
+    goal = MoveTo.Goal()
+    goal.position_only = True
+    goal.target.pose.position.x, goal.target.pose.position.y, goal.target.pose.position.z = \
+        (float(v) for v in position)
+    goal.target.pose.orientation.w = 1.0
+    return goal
+
+
+def test_robot_lost_mid_motion_is_reported_and_recovered(franka):
+    client, sim, node = franka
+    from rpent_hw.franky_sim import FrankySimProcess
+
+    start = _position(_state(client).ee_pose)
+    run = client.send("move_to", _move_goal(start + [0.0, 0.2, 0.0]))
+    time.sleep(0.8)
+    sim.kill()
+    status, result = run.result(30)
+    assert status == ABORTED and "lost" in result.message, result.message
+    state = wait_until(lambda: (lambda s: s if s.errors else None)(_state(client)), 10,
+                       what="robot_state reporting the lost connection")
+    assert any("lost" in e for e in state.errors), state.errors
+    # Still serving: info answers, and motions are refused with the reason.
+    assert client.info().embodiment == "franka_fr3"
+    status, result = client.execute_chunk(np.zeros((2, 7)), "ee_delta", timeout=30)
+    assert status == ABORTED and "lost" in result.message, result.message
+
+    # The robot comes back on the same address; the fixture stops it at the end.
+    sim.proc = FrankySimProcess(sim.log_path.parent, host=sim.host).start().proc
+    wait_until(lambda: not _state(client).errors, 20, what="errors cleared after reconnecting")
+    status, result = client.execute_chunk(np.zeros((2, 7)), "ee_delta", timeout=30)
+    assert status == SUCCEEDED, result.message
+    assert node.alive()
