@@ -15,7 +15,6 @@ import asyncio
 import re
 import struct
 import tempfile
-import time
 
 import numpy as np
 

@@ -1,44 +1,36 @@
-"""Start the LIBERO robot node.
+"""Bring-up: a LIBERO task: simulated robot, action model, agent.
 
 Launch arguments (name, default, what):
-  namespace     ''                   namespace of the robot's topics, actions and services
-  params_file   <rpent>/config/libero_sim.yaml   node parameters
-  suite         libero_object        LIBERO / LIBERO-PRO suite
-  task_id       0                    task index in the suite
+  suite              libero_object    LIBERO / LIBERO-PRO suite
+  task_id            0                task index in the suite
+  seed               0                simulator seed
+  init_state_index   0                recorded initial state of the task
+  max_episode_steps  600              simulator steps before the episode ends
+  planner            ''               scripted | api | mcp; empty: api if model set, else scripted
+  model              ''               provider:model for api, e.g. anthropic:claude-sonnet-4-5
+  base_url           ''               OpenAI-compatible endpoint (Ollama, vLLM) for api
+  instruction        ''               what to do; empty: the task's own instruction
+  max_turns          30               model turns before the run ends as max_turns
+  output_dir         runs             where run folders are created
+  run_dir            ''               use this run folder instead of a new one under output_dir
+  action_model       ''               model node to use (/gpu/action_model); empty: start one
+  am_backend         scripted         scripted | lerobot | openpi | rpent_http | none
+  am_checkpoint      ''               LeRobot checkpoint folder (am_backend:=lerobot)
+  am_endpoint        ''               policy server: host:port (openpi), http://... (rpent_http)
+  dashboard          false            start the Foxglove bridge (ws://127.0.0.1:8765)
+  record             false            record a rosbag2 (MCAP) into the run folder
+  namespace          ''               namespace of this robot's topics, actions and services
 
-Example:
-  ros2 launch rpent libero_sim.launch.py suite:=libero_spatial task_id:=3 namespace:=robot1
+Examples:
+  ros2 launch rpent libero_sim.launch.py
+  ros2 launch rpent libero_sim.launch.py suite:=libero_spatial task_id:=3 dashboard:=true record:=true
+  ros2 launch rpent libero_sim.launch.py planner:=api model:=anthropic:claude-sonnet-4-5
+  ros2 launch rpent libero_sim.launch.py namespace:=robot1 action_model:=/gpu/action_model
+
+Nodes and parameters come from rpent.bringup, shared with `python -m rpent.start`.
 """
-import os
-
-from ament_index_python.packages import get_package_share_directory
-from launch import LaunchDescription
-from launch.actions import DeclareLaunchArgument
-from launch.substitutions import LaunchConfiguration
-from launch_ros.actions import Node
-from launch_ros.parameter_descriptions import ParameterValue
+from rpent.launch_files import launch_description
 
 
 def generate_launch_description():
-    default_params = os.path.join(get_package_share_directory("rpent"), "config", "libero_sim.yaml")
-    return LaunchDescription([
-        DeclareLaunchArgument("namespace", default_value=""),
-        DeclareLaunchArgument("params_file", default_value=default_params),
-        DeclareLaunchArgument("suite", default_value="libero_object"),
-        DeclareLaunchArgument("task_id", default_value="0"),
-        Node(
-            package="rpent_env_sim",
-            executable="libero_node",
-            name="libero_sim",
-            namespace=LaunchConfiguration("namespace"),
-            output="screen",
-            emulate_tty=True,
-            parameters=[
-                LaunchConfiguration("params_file"),
-                {
-                    "suite": LaunchConfiguration("suite"),
-                    "task_id": ParameterValue(LaunchConfiguration("task_id"), value_type=int),
-                },
-            ],
-        ),
-    ])
+    return launch_description("libero_sim")

@@ -1,7 +1,6 @@
 """Shared fixtures: an isolated ROS graph, rclpy, and node processes."""
 from __future__ import annotations
 
-from pathlib import Path
 
 import pytest
 

@@ -7,7 +7,6 @@ layer's refusals, operator approval, and surviving the robot disappearing mid-mo
 from __future__ import annotations
 
 import math
-import threading
 import time
 from pathlib import Path
 

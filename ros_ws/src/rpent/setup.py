@@ -9,7 +9,7 @@ package_name = "rpent"
 setup(
     name=package_name,
     version="0.1.0",
-    packages=[],
+    packages=["rpent"],
     data_files=[
         ("share/ament_index/resource_index/packages", ["resource/" + package_name]),
         ("share/" + package_name, ["package.xml"]),

@@ -13,7 +13,6 @@ before it leaves the node; a failing backend fails the goal, never the node.
 """
 from __future__ import annotations
 
-import sys
 import threading
 import time
 import traceback
@@ -26,7 +25,6 @@ import numpy as np
 import rclpy
 from rclpy.action import ActionServer, CancelResponse, GoalResponse
 from rclpy.callback_groups import ReentrantCallbackGroup
-from rclpy.executors import ExternalShutdownException, MultiThreadedExecutor
 from rclpy.node import Node
 from sensor_msgs.msg import Image
 
@@ -34,6 +32,7 @@ from rpent_contract import params
 from rpent_contract.control_space import ControlSpaceSpec, array_to_chunk
 from rpent_contract.geometry import pose_from_msg
 from rpent_contract.images import image_to_numpy, to_rgb
+from rpent_contract.node_main import run_node
 from rpent_contract.qos import IMAGE_QOS, STATE_QOS
 from rpent_contract.robot_node import OBJECT_POSES_SERVICE
 from rpent_contract.validation import GoalRejected, check_chunk
@@ -332,23 +331,9 @@ class ActionModelNode(Node):
 
 
 def main(args=None, backend: Optional[PolicyBackend] = None):
-    rclpy.init(args=args)
-    try:
-        node = ActionModelNode(backend)
-    except (ValueError, BackendError) as err:
-        print(f"[action_model] cannot start: {err}", file=sys.stderr)
-        rclpy.try_shutdown()
-        raise SystemExit(2)
-    executor = MultiThreadedExecutor(num_threads=6)
-    executor.add_node(node)
-    try:
-        executor.spin()
-    except (KeyboardInterrupt, ExternalShutdownException):
-        pass
-    finally:
-        node.close()
-        node.destroy_node()
-        rclpy.try_shutdown()
+    raise SystemExit(run_node(lambda: ActionModelNode(backend), name="action_model", args=args,
+                              num_threads=6, close=ActionModelNode.close,
+                              startup_errors=(ValueError, BackendError)))
 
 
 if __name__ == "__main__":

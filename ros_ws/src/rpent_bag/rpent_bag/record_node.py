@@ -13,12 +13,11 @@ import sys
 import time
 from pathlib import Path
 
-import rclpy
-from rclpy.executors import ExternalShutdownException, SingleThreadedExecutor
 from rclpy.node import Node
 
 from rpent_bag import definitions, graph
 from rpent_bag.recorder import BagRecorder
+from rpent_contract.node_main import run_node
 from rpent_contract.params import ParameterError, declare, positive
 
 DEFAULT_TOPICS = [
@@ -84,29 +83,22 @@ def _raise_exit(signum, _frame):
     raise KeyboardInterrupt(f"signal {signum}")
 
 
-def main(args=None) -> int:
-    rclpy.init(args=args)
-    try:
-        node = RecorderNode()
-    except (ValueError, definitions.DefinitionError) as err:
-        print(f"[recorder] cannot start: {err}", file=sys.stderr)
-        rclpy.try_shutdown()
-        return 2
+def _start() -> "RecorderNode":
+    node = RecorderNode()
     # launch ends with SIGINT then SIGTERM; a terminal may send SIGHUP: all close the bag.
     signal.signal(signal.SIGTERM, _raise_exit)
     signal.signal(signal.SIGHUP, _raise_exit)
-    executor = SingleThreadedExecutor()
-    executor.add_node(node)
-    try:
-        executor.spin()
-    except (KeyboardInterrupt, ExternalShutdownException):
-        pass
-    finally:
-        signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C must not cut the close
-        node.close()
-        node.destroy_node()
-        rclpy.try_shutdown()
-    return 0
+    return node
+
+
+def _close(node: "RecorderNode") -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C must not cut the close
+    node.close()
+
+
+def main(args=None) -> int:
+    return run_node(_start, name="recorder", args=args, close=_close,
+                    startup_errors=(ValueError, definitions.DefinitionError))
 
 
 if __name__ == "__main__":

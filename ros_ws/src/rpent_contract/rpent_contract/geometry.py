@@ -39,6 +39,32 @@ def rotation_error(current, target) -> np.ndarray:
     return q_err[:3] / sin_half * 2.0 * np.arctan2(sin_half, q_err[3])
 
 
+def rotvec_to_quaternion(rotvec) -> np.ndarray:
+    rotvec = np.asarray(rotvec, dtype=np.float64)
+    angle = float(np.linalg.norm(rotvec))
+    if angle < 1e-12:
+        return np.array([0.0, 0.0, 0.0, 1.0])
+    axis = rotvec / angle
+    return np.concatenate([axis * np.sin(angle / 2), [np.cos(angle / 2)]])
+
+
+def rotation_angle(a, b) -> float:
+    """Angle of the rotation between two orientations, rad in [0, pi]."""
+    dot = abs(float(np.dot(normalize_quaternion(a), normalize_quaternion(b))))
+    return 2.0 * float(np.arccos(min(1.0, dot)))
+
+
+def slerp(a, b, fraction: float) -> np.ndarray:
+    a, b = normalize_quaternion(a), normalize_quaternion(b)
+    dot = float(np.dot(a, b))
+    if dot < 0.0:  # the short way round
+        b, dot = -b, -dot
+    if dot > 0.9995:
+        return normalize_quaternion(a + fraction * (b - a))
+    theta = np.arccos(dot)
+    return (np.sin((1 - fraction) * theta) * a + np.sin(fraction * theta) * b) / np.sin(theta)
+
+
 def limit_norm(v, max_norm: float) -> np.ndarray:
     """Scale ``v`` down to ``max_norm`` if longer: a straight path, unlike per-axis clipping."""
     v = np.asarray(v, dtype=np.float64)

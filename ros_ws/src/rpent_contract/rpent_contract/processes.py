@@ -10,7 +10,7 @@ import signal
 import subprocess
 import time
 from pathlib import Path
-from typing import Optional
+from typing import Optional, Sequence
 
 
 def isolate_ros_graph() -> int:
@@ -36,10 +36,11 @@ def node_executable(package: str, executable: str) -> str:
 
 
 def ros_args(parameters: dict, namespace: str = "", remaps: Optional[dict] = None,
-             params_file: Optional[str] = None) -> list[str]:
+             params_files: Sequence = ()) -> list[str]:
+    """``--ros-args``: parameter files first, then single values (which override them)."""
     args = ["--ros-args"]
-    if params_file:
-        args += ["--params-file", str(params_file)]
+    for path in params_files:
+        args += ["--params-file", str(path)]
     if namespace:
         args += ["-r", f"__ns:=/{namespace.strip('/')}"]
     for key, value in parameters.items():
@@ -61,7 +62,9 @@ class NodeProcess:
                  params_file: Optional[str] = None, remaps: Optional[dict] = None):
         self.name = name or executable
         self.log_path = Path(log_dir) / f"{self.name}.log"
-        cmd = [node_executable(package, executable)] + ros_args(parameters, namespace, remaps, params_file)
+        files = [params_file] if params_file else []
+        cmd = [node_executable(package, executable)] + ros_args(parameters, namespace, remaps,
+                                                                files)
         self._log = open(self.log_path, "w")
         self.proc = subprocess.Popen(cmd, stdout=self._log, stderr=subprocess.STDOUT,
                                      stdin=subprocess.DEVNULL, start_new_session=True)

@@ -11,17 +11,14 @@ invalid goal must not preempt the motion already running.
 """
 from __future__ import annotations
 
-import sys
 import threading
 import traceback
 from typing import Optional
 
 import numpy as np
-import rclpy
 from geometry_msgs.msg import PoseStamped
 from rclpy.action import ActionServer, CancelResponse, GoalResponse
 from rclpy.callback_groups import MutuallyExclusiveCallbackGroup, ReentrantCallbackGroup
-from rclpy.executors import ExternalShutdownException, MultiThreadedExecutor
 from rclpy.node import Node
 from sensor_msgs.msg import CameraInfo, Image, JointState
 from std_srvs.srv import Trigger
@@ -36,6 +33,7 @@ from .driver import Motion, ResetRequest, RobotDriver, RobotSnapshot
 from .geometry import pose_from_msg, pose_to_msg
 from .images import numpy_to_image
 from .motion import MotionArbiter
+from .node_main import run_node
 from .qos import IMAGE_QOS, LATCHED_QOS, STATE_QOS
 from .validation import GoalRejected, Workspace, check_chunk, check_pose_target, check_positive
 
@@ -399,6 +397,9 @@ class RobotContractNode(Node):
         return self._finish(goal_handle, result, stopped, ok=outcome.reached or outcome.stalled)
 
     def _driver_failure(self, goal_handle, result, err: Exception, label: str):
+        # A driver's own checks (a safety layer, a faulted robot) refuse before moving.
+        if isinstance(err, GoalRejected):
+            return self._refuse(goal_handle, result, str(err), label)
         self.get_logger().error(f"{label} failed in the driver: {err}\n{traceback.format_exc()}")
         try:
             self.driver.hold()
@@ -465,6 +466,11 @@ class RobotContractNode(Node):
         response.sim_services = list(desc.sim_services)
         return response
 
+    def shutdown(self) -> None:
+        """Stop any motion and release the robot (before the node is destroyed)."""
+        self._arbiter.interrupt("node shutting down")
+        self.driver.close()
+
     def _object_poses(self, _request, response):
         stamp = self.get_clock().now().to_msg()
         for name, (position, quat) in sorted(self.driver.object_poses().items()):
@@ -478,23 +484,5 @@ class RobotContractNode(Node):
 
 def spin_robot_node(node_class, args=None, num_threads: int = 4) -> int:
     """Run a robot node until Ctrl-C / shutdown; start-up errors exit 2 with the reason."""
-    rclpy.init(args=args)
-    node = None
-    try:
-        node = node_class()
-    except ValueError as err:  # a bad parameter, or the driver refused its configuration
-        print(f"[{node_class.__name__}] cannot start: {err}", file=sys.stderr)
-        rclpy.try_shutdown()
-        return 2
-    executor = MultiThreadedExecutor(num_threads=num_threads)
-    executor.add_node(node)
-    try:
-        executor.spin()
-    except (KeyboardInterrupt, ExternalShutdownException):
-        pass
-    finally:
-        node._arbiter.interrupt("node shutting down")
-        node.driver.close()
-        node.destroy_node()
-        rclpy.try_shutdown()
-    return 0
+    return run_node(node_class, name=node_class.__name__, args=args, num_threads=num_threads,
+                    close=node_class.shutdown)

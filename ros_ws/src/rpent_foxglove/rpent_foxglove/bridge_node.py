@@ -11,14 +11,13 @@ from __future__ import annotations
 import fnmatch
 import sys
 
-import rclpy
-from rclpy.executors import ExternalShutdownException, SingleThreadedExecutor
 from rclpy.node import Node
 from rclpy.serialization import deserialize_message, serialize_message
 
 from foxglove.channels import FrameTransformsChannel, LogChannel, SceneUpdateChannel
 from rpent_bag import definitions, graph
 from rpent_bag.record_node import DEFAULT_TOPICS
+from rpent_contract.node_main import run_node
 from rpent_contract.images import image_to_numpy, rgb_to_compressed, to_rgb
 from rpent_contract.params import ParameterError, declare, non_negative, positive
 from rpent_foxglove import scene
@@ -179,24 +178,8 @@ class BridgeNode(Node):
 
 
 def main(args=None) -> int:
-    rclpy.init(args=args)
-    try:
-        node = BridgeNode()
-    except ValueError as err:
-        print(f"[foxglove_bridge] cannot start: {err}", file=sys.stderr)
-        rclpy.try_shutdown()
-        return 2
-    executor = SingleThreadedExecutor()
-    executor.add_node(node)
-    try:
-        executor.spin()
-    except (KeyboardInterrupt, ExternalShutdownException):
-        pass
-    finally:
-        node.bridge.close()
-        node.destroy_node()
-        rclpy.try_shutdown()
-    return 0
+    return run_node(BridgeNode, name="foxglove_bridge", args=args,
+                    close=lambda node: node.bridge.close())
 
 
 if __name__ == "__main__":

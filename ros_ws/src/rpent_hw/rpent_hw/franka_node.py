@@ -45,12 +45,13 @@ from rpent_contract.driver import (
     RobotSnapshot,
     TaskInfo,
 )
+from rpent_contract.geometry import rotation_angle
 from rpent_contract.qos import LATCHED_QOS
 from rpent_contract.robot_node import RobotContractNode, spin_robot_node
 from rpent_contract.validation import GoalRejected
 
 from .cameras import OpenCVCamera
-from .safety import ApprovalGate, SafetyLayer, SafetyLimits, SafetyRejected, Watchdog, rotation_angle
+from .safety import ApprovalGate, SafetyLayer, SafetyLimits, Watchdog
 
 ARM_JOINTS = tuple(f"fr3_joint{i}" for i in range(1, 8))
 FINGER_JOINTS = ("fr3_finger_joint1", "fr3_finger_joint2")
@@ -648,12 +649,6 @@ class FrankaNode(RobotContractNode):
         if pending != self._pending:
             self._pending = pending
             self._pending_pub.publish(String(data=pending))
-
-    def _driver_failure(self, goal_handle, result, err, label):
-        # The safety layer and a faulted robot refuse before anything moves.
-        if isinstance(err, GoalRejected):
-            return self._refuse(goal_handle, result, str(err), label)
-        return super()._driver_failure(goal_handle, result, err, label)
 
 
 def main(args=None):

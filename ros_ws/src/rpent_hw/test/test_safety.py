@@ -5,15 +5,9 @@ import time
 import numpy as np
 import pytest
 
+from rpent_contract.geometry import rotation_angle
 from rpent_contract.validation import Workspace
-from rpent_hw.safety import (
-    ApprovalGate,
-    SafetyLayer,
-    SafetyLimits,
-    SafetyRejected,
-    Watchdog,
-    rotation_angle,
-)
+from rpent_hw.safety import ApprovalGate, SafetyLayer, SafetyLimits, SafetyRejected, Watchdog
 
 DOWN = np.array([1.0, 0.0, 0.0, 0.0])  # hand pointing down
 START = np.array([0.5, 0.0, 0.5])

@@ -1,0 +1,32 @@
+"""Bring-up: an SO-101 arm through LeRobot, action model, agent.
+
+Launch arguments (name, default, what):
+  port               /dev/ttyACM0     serial port of the arm's Feetech bus
+  robot_id           so101_follower   LeRobot robot id (names the calibration file)
+  max_episode_steps  1000             control steps before the episode ends
+  planner            ''               scripted | api | mcp; empty: api if model set, else scripted
+  model              ''               provider:model for api, e.g. anthropic:claude-sonnet-4-5
+  base_url           ''               OpenAI-compatible endpoint (Ollama, vLLM) for api
+  instruction        ''               what to do; empty: the task's own instruction
+  max_turns          30               model turns before the run ends as max_turns
+  output_dir         runs             where run folders are created
+  run_dir            ''               use this run folder instead of a new one under output_dir
+  action_model       ''               model node to use (/gpu/action_model); empty: start one
+  am_backend         none             scripted | lerobot | openpi | rpent_http | none
+  am_checkpoint      ''               LeRobot checkpoint folder (am_backend:=lerobot)
+  am_endpoint        ''               policy server: host:port (openpi), http://... (rpent_http)
+  dashboard          false            start the Foxglove bridge (ws://127.0.0.1:8765)
+  record             false            record a rosbag2 (MCAP) into the run folder
+  namespace          ''               namespace of this robot's topics, actions and services
+
+Examples:
+  ros2 launch rpent so101.launch.py port:=/dev/ttyACM0 robot_id:=my_follower
+  ros2 launch rpent so101.launch.py am_backend:=lerobot am_checkpoint:=/models/act_so101
+
+Nodes and parameters come from rpent.bringup, shared with `python -m rpent.start`.
+"""
+from rpent.launch_files import launch_description
+
+
+def generate_launch_description():
+    return launch_description("so101")

@@ -1,0 +1,231 @@
+"""The bring-ups, declared once: which nodes a run starts, with which parameters.
+
+Two starters read these descriptions and nothing else: the launch files in ``launch/``
+(``ros2 launch rpent libero_sim.launch.py``) and :mod:`rpent.start` where ``ros2 launch``
+is absent. A bring-up is a table of launch arguments plus a function from their values
+to :class:`NodeSpec` entries; neither starter adds nodes or parameters of its own.
+"""
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass, field
+from typing import Callable, Optional
+
+
+@dataclass(frozen=True)
+class Argument:
+    name: str
+    default: str
+    help: str
+
+
+@dataclass
+class NodeSpec:
+    package: str
+    executable: str
+    name: str
+    namespace: str = ""
+    params_files: list = field(default_factory=list)  # YAML files, applied first
+    parameters: dict = field(default_factory=dict)  # then these values
+    remappings: dict = field(default_factory=dict)
+    # The run is over when this node exits (the agent); its exit code is the run's.
+    required: bool = False
+
+
+@dataclass(frozen=True)
+class Bringup:
+    name: str
+    summary: str
+    arguments: tuple
+    nodes: Callable[[dict], list]
+
+    def resolve(self, given: dict) -> dict:
+        """Argument values: ``given`` over the defaults; unknown names are refused."""
+        known = {a.name: a.default for a in self.arguments}
+        unknown = sorted(set(given) - set(known))
+        if unknown:
+            raise ValueError(
+                f"{self.name}: unknown argument(s) {', '.join(unknown)}; this bring-up takes "
+                f"{', '.join(sorted(known))}")
+        return {**known, **given}
+
+
+def config_dir() -> str:
+    """config/ as installed with the rpent package (the repository's config/ in a checkout)."""
+    try:
+        from ament_index_python.packages import get_package_share_directory
+
+        return os.path.join(get_package_share_directory("rpent"), "config")
+    except (ImportError, LookupError):
+        return os.path.join(os.path.dirname(__file__), "..", "..", "..", "..", "config")
+
+
+def _config(name: str) -> str:
+    return os.path.join(config_dir(), name)
+
+
+def _flag(value: str) -> bool:
+    if value.lower() in ("true", "1", "yes", "on"):
+        return True
+    if value.lower() in ("false", "0", "no", "off", ""):
+        return False
+    raise ValueError(f"'{value}' is not true or false")
+
+
+def run_dir(args: dict) -> str:
+    """The run folder: ``run_dir`` if given, else a new one under ``output_dir``."""
+    if args.get("run_dir"):
+        return args["run_dir"]
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    label = "-".join(v for v in (args.get("suite"), args.get("task_id")) if v)
+    ns = args.get("namespace", "").strip("/")
+    return os.path.abspath(os.path.join(args.get("output_dir", "runs"),
+                                        "-".join(p for p in (stamp, label, ns) if p)))
+
+
+# --- shared pieces ------------------------------------------------------------------------
+AGENT_ARGS = (
+    Argument("planner", "", "scripted | api | mcp; empty: api if model set, else scripted"),
+    Argument("model", "", "provider:model for api, e.g. anthropic:claude-sonnet-4-5"),
+    Argument("base_url", "", "OpenAI-compatible endpoint (Ollama, vLLM) for api"),
+    Argument("instruction", "", "what to do; empty: the task's own instruction"),
+    Argument("max_turns", "30", "model turns before the run ends as max_turns"),
+    Argument("output_dir", "runs", "where run folders are created"),
+    Argument("run_dir", "", "use this run folder instead of a new one under output_dir"),
+)
+def model_args(backend: str) -> tuple:
+    return (
+        Argument("action_model", "", "model node to use (/gpu/action_model); "
+                                     "empty: start one"),
+        Argument("am_backend", backend, "scripted | lerobot | openpi | rpent_http | none"),
+    Argument("am_checkpoint", "", "LeRobot checkpoint folder (am_backend:=lerobot)"),
+        Argument("am_endpoint", "", "policy server: host:port (openpi), http://... (rpent_http)"),
+    )
+VIEW_ARGS = (
+    Argument("dashboard", "false", "start the Foxglove bridge (ws://127.0.0.1:8765)"),
+    Argument("record", "false", "record a rosbag2 (MCAP) into the run folder"),
+    Argument("namespace", "", "namespace of this robot's topics, actions and services"),
+)
+
+
+def model_nodes(args: dict, ns: str) -> tuple[list, str]:
+    """The action-model node to start (if any) and the full name agents should use."""
+    if args["action_model"]:
+        return [], args["action_model"]
+    if args["am_backend"] == "none":
+        return [], ""
+    params = {"backend": args["am_backend"]}
+    if args["am_checkpoint"]:
+        params["checkpoint"] = args["am_checkpoint"]
+    if args["am_endpoint"]:
+        params["endpoint"] = args["am_endpoint"]
+    node = NodeSpec("rpent_am", "am_node", "action_model", ns, parameters=params)
+    return [node], (f"/{ns}/action_model" if ns else "/action_model")
+
+
+def view_nodes(args: dict, ns: str, folder: str) -> list:
+    nodes = []
+    if _flag(args["dashboard"]):
+        nodes.append(NodeSpec("rpent_foxglove", "bridge", "foxglove_bridge", ns,
+                              params_files=[_config("foxglove_bridge.yaml")]))
+    if _flag(args["record"]):
+        nodes.append(NodeSpec("rpent_bag", "recorder", "recorder", ns,
+                              params_files=[_config("recorder.yaml")],
+                              parameters={"bag_path": os.path.join(folder, "bag")}))
+    return nodes
+
+
+def agent_node(args: dict, ns: str, folder: str, model: str, max_steps: str) -> NodeSpec:
+    return NodeSpec(
+        "rpent_agent", "agent_node", "agent", ns,
+        params_files=[_config("agent.yaml")],
+        parameters={"planner": args["planner"], "model": args["model"],
+                    "base_url": args["base_url"], "instruction": args["instruction"],
+                    "max_turns": int(args["max_turns"]), "max_episode_steps": int(max_steps),
+                    "run_dir": folder, "action_model": model, "run_at_startup": True},
+        required=True)
+
+
+# --- bring-ups ----------------------------------------------------------------------------
+def _libero_sim(args: dict) -> list:
+    ns = args["namespace"].strip("/")
+    folder = run_dir(args)
+    robot = NodeSpec(
+        "rpent_env_sim", "libero_node", "libero_sim", ns,
+        params_files=[_config("libero_sim.yaml")],
+        parameters={"suite": args["suite"], "task_id": int(args["task_id"]),
+                    "seed": int(args["seed"]), "init_state_index": int(args["init_state_index"]),
+                    "max_episode_steps": int(args["max_episode_steps"])})
+    models, model = model_nodes(args, ns)
+    return [robot, *models, agent_node(args, ns, folder, model, args["max_episode_steps"]),
+            *view_nodes(args, ns, folder)]
+
+
+def _franka(args: dict) -> list:
+    ns = args["namespace"].strip("/")
+    folder = run_dir(args)
+    robot = NodeSpec("rpent_hw", "franka_node", "franka", ns,
+                     params_files=[_config("franka.yaml")],
+                     parameters={"robot_ip": args["robot_ip"]})
+    models, model = model_nodes(args, ns)
+    return [robot, *models, agent_node(args, ns, folder, model, args["max_episode_steps"]),
+            *view_nodes(args, ns, folder)]
+
+
+def _so101(args: dict) -> list:
+    ns = args["namespace"].strip("/")
+    folder = run_dir(args)
+    robot = NodeSpec("rpent_hw", "so101_node", "so101", ns,
+                     params_files=[_config("so101.yaml")],
+                     parameters={"port": args["port"], "robot_id": args["robot_id"]})
+    models, model = model_nodes(args, ns)
+    return [robot, *models, agent_node(args, ns, folder, model, args["max_episode_steps"]),
+            *view_nodes(args, ns, folder)]
+
+
+def _action_model(args: dict) -> list:
+    params = {"backend": args["am_backend"], "robot_namespace": args["robot_namespace"]}
+    if args["am_checkpoint"]:
+        params["checkpoint"] = args["am_checkpoint"]
+    if args["am_endpoint"]:
+        params["endpoint"] = args["am_endpoint"]
+    return [NodeSpec("rpent_am", "am_node", "action_model", args["namespace"].strip("/"),
+                     parameters=params, required=True)]
+
+
+BRINGUPS = {b.name: b for b in (
+    Bringup("libero_sim", "a LIBERO task: simulated robot, action model, agent", (
+        Argument("suite", "libero_object", "LIBERO / LIBERO-PRO suite"),
+        Argument("task_id", "0", "task index in the suite"),
+        Argument("seed", "0", "simulator seed"),
+        Argument("init_state_index", "0", "recorded initial state of the task"),
+        Argument("max_episode_steps", "600", "simulator steps before the episode ends"),
+        *AGENT_ARGS, *model_args("scripted"), *VIEW_ARGS), _libero_sim),
+    Bringup("franka", "a Franka FR3 through franky, action model, agent", (
+        Argument("robot_ip", "172.16.0.2", "address of the robot's control unit"),
+        Argument("max_episode_steps", "1000", "control steps before the episode ends"),
+        *AGENT_ARGS, *model_args("none"), *VIEW_ARGS), _franka),
+    Bringup("so101", "an SO-101 arm through LeRobot, action model, agent", (
+        Argument("port", "/dev/ttyACM0", "serial port of the arm's Feetech bus"),
+        Argument("robot_id", "so101_follower", "LeRobot robot id (names the calibration file)"),
+        Argument("max_episode_steps", "1000", "control steps before the episode ends"),
+        *AGENT_ARGS, *model_args("none"), *VIEW_ARGS), _so101),
+    Bringup("action_model", "only the action-model node (for a GPU host)", (
+        Argument("am_backend", "lerobot", "scripted | lerobot | openpi | rpent_http"),
+        Argument("am_checkpoint", "", "LeRobot checkpoint folder"),
+        Argument("am_endpoint", "", "policy server for openpi / rpent_http"),
+        Argument("robot_namespace", "", "robot whose topics give the latest observation"),
+        Argument("namespace", "", "namespace of the model node"),
+    ), _action_model),
+)}
+
+
+def describe(bringup: str, given: Optional[dict] = None) -> list:
+    """The nodes of ``bringup`` for the given argument values (defaults for the rest)."""
+    try:
+        b = BRINGUPS[bringup]
+    except KeyError:
+        raise ValueError(f"unknown bring-up '{bringup}'; choose one of "
+                         f"{', '.join(BRINGUPS)}") from None
+    return b.nodes(b.resolve(given or {}))

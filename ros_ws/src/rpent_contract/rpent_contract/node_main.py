@@ -1,0 +1,37 @@
+"""The one way our node executables run: construct, spin until Ctrl-C, always clean up."""
+from __future__ import annotations
+
+import sys
+from typing import Callable
+
+import rclpy
+from rclpy.executors import ExternalShutdownException, MultiThreadedExecutor, SingleThreadedExecutor
+
+
+def run_node(make_node: Callable, *, name: str, args=None, num_threads: int = 1,
+             close: Callable = lambda node: None, startup_errors=(ValueError,)) -> int:
+    """Spin ``make_node()`` until shutdown and return the process exit code.
+
+    A start-up error of the kinds in ``startup_errors`` (a bad parameter, a refused
+    configuration) prints the reason and returns 2 instead of a traceback. ``close(node)``
+    runs before the node is destroyed, whatever ended the spin.
+    """
+    rclpy.init(args=args)
+    try:
+        node = make_node()
+    except startup_errors as err:
+        print(f"[{name}] cannot start: {err}", file=sys.stderr)
+        rclpy.try_shutdown()
+        return 2
+    executor = (MultiThreadedExecutor(num_threads=num_threads) if num_threads > 1
+                else SingleThreadedExecutor())
+    executor.add_node(node)
+    try:
+        executor.spin()
+    except (KeyboardInterrupt, ExternalShutdownException):
+        pass
+    finally:
+        close(node)
+        node.destroy_node()
+        rclpy.try_shutdown()
+    return 0

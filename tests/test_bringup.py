@@ -1,0 +1,102 @@
+"""The launch files and the starter describe the same runs.
+
+Both read rpent.bringup. What could still drift is each launch file's own text (its
+argument table, the bring-up it names) and, where launch_ros is installed, the
+translation into launch actions: both are checked here, the latter only where
+launch_ros imports (it does not on the PyPI-wheel setup; on Humble it does).
+"""
+from __future__ import annotations
+
+import ast
+import importlib.util
+from pathlib import Path
+
+import pytest
+
+from rpent.bringup import BRINGUPS, describe
+
+LAUNCH = Path(__file__).resolve().parents[1] / "launch"
+
+
+def _documented_arguments(path: Path) -> dict:
+    doc = ast.get_docstring(ast.parse(path.read_text()))
+    table = doc.split("Launch arguments (name, default, what):\n", 1)[1].split("\n\n", 1)[0]
+    rows = [line.split(None, 2) for line in table.splitlines()]
+    return {name: ("" if default == "''" else default) for name, default, *_ in rows}
+
+
+@pytest.mark.parametrize("name", sorted(BRINGUPS))
+def test_every_bringup_has_a_launch_file_documenting_its_arguments(name):
+    path = LAUNCH / f"{name}.launch.py"
+    assert path.exists(), f"{path} missing: every bring-up needs a launch file"
+    documented = _documented_arguments(path)
+    declared = {a.name: a.default for a in BRINGUPS[name].arguments}
+    assert documented == declared, "the launch file's argument table drifted from rpent.bringup"
+    calls = [n for n in ast.walk(ast.parse(path.read_text())) if isinstance(n, ast.Call)
+             and getattr(n.func, "id", "") == "launch_description"]
+    assert [c.args[0].value for c in calls] == [name]
+
+
+def test_every_launch_file_is_a_bringup():
+    assert sorted(p.name[:-len(".launch.py")] for p in LAUNCH.glob("*.launch.py")) == \
+        sorted(BRINGUPS)
+
+
+@pytest.mark.skipif(importlib.util.find_spec("launch_ros") is None,
+                    reason="launch_ros is not installed (PyPI-wheel ROS); checked on Humble")
+@pytest.mark.parametrize("name", sorted(BRINGUPS))
+def test_launch_actions_match_the_description(name):
+    from launch import LaunchContext
+    from launch.actions import DeclareLaunchArgument, OpaqueFunction
+    from launch_ros.actions import Node
+
+    from rpent.launch_files import launch_description
+
+    given = {"run_dir": "/tmp/run"} if any(a.name == "run_dir"
+                                           for a in BRINGUPS[name].arguments) else {}
+    context = LaunchContext()
+    entities = launch_description(name).entities
+    for entity in entities:
+        if isinstance(entity, DeclareLaunchArgument):
+            context.launch_configurations[entity.name] = given.get(entity.name,
+                                                                   entity.default_value[0].text)
+    actions = []
+    for entity in entities:
+        if isinstance(entity, OpaqueFunction):
+            actions += entity.execute(context) or []
+    nodes = [a for a in actions if isinstance(a, Node)]
+    expected = describe(name, given)
+    assert [(n.node_package, n.node_executable) for n in nodes] == \
+        [(s.package, s.executable) for s in expected]
+
+
+def test_unknown_arguments_are_refused_with_the_valid_ones():
+    with pytest.raises(ValueError, match="unknown argument.*task_id"):
+        describe("libero_sim", {"taks_id": "3"})
+    with pytest.raises(ValueError, match="unknown bring-up"):
+        describe("libero")
+
+
+def test_libero_sim_description():
+    nodes = {n.name: n for n in describe("libero_sim", {"task_id": "3", "run_dir": "/tmp/r",
+                                                        "namespace": "robot1"})}
+    assert sorted(nodes) == ["action_model", "agent", "libero_sim"]
+    assert nodes["libero_sim"].parameters["task_id"] == 3
+    assert all(n.namespace == "robot1" for n in nodes.values())
+    assert nodes["agent"].required and nodes["agent"].parameters["run_dir"] == "/tmp/r"
+    assert nodes["agent"].parameters["action_model"] == "/robot1/action_model"
+    assert nodes["libero_sim"].params_files[0].endswith("libero_sim.yaml")
+    assert Path(nodes["libero_sim"].params_files[0]).exists()
+
+    shared = {n.name for n in describe("libero_sim", {"action_model": "/gpu/action_model",
+                                                      "dashboard": "true", "record": "true",
+                                                      "run_dir": "/tmp/r"})}
+    assert shared == {"libero_sim", "agent", "foxglove_bridge", "recorder"}
+
+
+def test_real_arms_start_without_a_model_by_default():
+    for name in ("franka", "so101"):
+        nodes = describe(name, {"run_dir": "/tmp/r"})
+        assert "action_model" not in {n.name for n in nodes}
+        agent = next(n for n in nodes if n.name == "agent")
+        assert agent.parameters["action_model"] == ""
