@@ -1,5 +1,9 @@
 # Entry points; see README.md.
-.PHONY: setup test test-fast bench shell clean
+.PHONY: setup run test test-fast clean
+
+# The main job: a LIBERO task end to end, headless (extra arguments: make run ARGS="task_id:=3")
+run: setup
+	scripts/run.sh libero_sim $(ARGS)
 
 setup:
 	scripts/setup.sh

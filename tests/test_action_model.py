@@ -194,3 +194,37 @@ def test_backend_timeout_fails_the_goal_over_the_rpent_http_protocol(stack, node
             result.message
         assert slow.meta().backend == meta.backend, "node stopped serving after a timeout"
         proc.stop()
+
+
+@pytest.mark.slow
+def test_lerobot_act_checkpoint_served_over_ros(stack, node_factory, tmp_path):
+    """A LeRobot ACT checkpoint behind the node: single and stream predict from the robot."""
+    from rpent_am import tiny_act
+
+    robot, _model, info, _meta = stack
+    folder = tiny_act.build(tmp_path / "act")
+    proc = node_factory(
+        "rpent_am", "am_node",
+        {"backend": "lerobot", "checkpoint": str(folder), "device": "cpu",
+         "cameras": [f"{c}={k}" for c, k in tiny_act.CAMERAS.items()],
+         "state_names": ["ee_x", "ee_y", "ee_z", "ee_qx", "ee_qy", "ee_qz", "ee_qw",
+                         "gripper_width"]},
+        name="act_model", remaps={"__node": "act_model"})
+    act = ActionModelClient(robot.node, model="/act_model")
+    try:
+        meta = act.connect(info, timeout=120)
+    except Exception:
+        pytest.fail(proc.log_tail())
+    assert meta.backend == "lerobot" and meta.chunk_size == 10
+    assert sorted(meta.required_cameras) == sorted(tiny_act.CAMERAS)
+    chunk = act.predict("pick up the soup", client_id="act", timeout=30)
+    assert chunk.shape == (10, 7) and np.all(np.isfinite(chunk))
+    assert abs(chunk.mean() - 0.25) < 0.2  # un-normalised by the checkpoint's post-processor
+    chunks = []
+    status, result = act.stream("pick up the soup", chunks.append, max_chunks=3,
+                                client_id="act_stream", timeout=30).result(90)
+    assert status == GoalStatus.STATUS_SUCCEEDED, result.message
+    assert [c.sequence for c in chunks] == [0, 1, 2]
+    assert all(act.validate(c).shape == (10, 7) for c in chunks)
+    assert result.mean_inference_ms > 0
+    proc.stop()

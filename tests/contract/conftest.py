@@ -25,6 +25,7 @@ def robot(request, rclpy_context, node_factory, tmp_path_factory):
     spec: RobotUnderTest = request.param
     emulator = spec.emulator(tmp_path_factory.mktemp(f"{spec.id}_emulator")) \
         if spec.emulator else None
+    proc = None
     try:
         parameters = {**spec.parameters, **(emulator.parameters if emulator else {})}
         proc = node_factory(spec.package, spec.executable, parameters, name=spec.id,
@@ -40,6 +41,8 @@ def robot(request, rclpy_context, node_factory, tmp_path_factory):
         client.close()
         assert proc.alive(), f"{spec.id} node died during the suite:\n{proc.log_tail()}"
     finally:
+        if proc is not None:
+            proc.stop()  # the next robot of the suite serves the same names
         if emulator is not None:
             emulator.stop()
 

@@ -39,6 +39,25 @@ class FrankySimEmulator(Emulator):
         self.sim.stop()
 
 
+class FeetechEmulator(Emulator):
+    """The SO-101's Feetech servo bus on a pty, with the matching LeRobot calibration file."""
+
+    def __init__(self, log_dir: Path):
+        from rpent_hw.feetech_emulator import (FeetechBusProcess, so101_calibration,
+                                               write_calibration_file)
+
+        calibration = so101_calibration()
+        write_calibration_file(log_dir, "so101_contract", calibration)
+        # Starts near home, so reset has a short way to go.
+        self.bus = FeetechBusProcess(calibration, {"shoulder_lift": -25.0, "elbow_flex": 25.0,
+                                                   "wrist_flex": 60.0})
+        self.parameters = {"port": self.bus.port, "calibration_dir": str(log_dir),
+                           "robot_id": "so101_contract"}
+
+    def stop(self) -> None:
+        self.bus.stop()
+
+
 def write_test_video(path: Path, frames: int = 20) -> Path:
     """A short MJPG clip of moving bars: a capture source for camera tests."""
     import cv2
@@ -94,5 +113,13 @@ ROBOTS = [
         params_file=CONFIG / "franka.yaml",
         startup_timeout=60.0,
         emulator=FrankySimEmulator,
+    ),
+    RobotUnderTest(
+        id="so101",
+        package="rpent_hw",
+        executable="so101_node",
+        params_file=CONFIG / "so101.yaml",
+        startup_timeout=60.0,
+        emulator=FeetechEmulator,
     ),
 ]

@@ -17,6 +17,8 @@ setup(
     description="The agent node: an LLM (or scripted planner) drives the robot through tools over the robot contract.",
     license="Apache-2.0",
     entry_points={
-        "console_scripts": [],
+        "console_scripts": [
+            "agent_node = rpent_agent.agent_node:main",
+        ],
     },
 )

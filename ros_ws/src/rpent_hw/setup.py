@@ -17,6 +17,9 @@ setup(
     description="Real-arm robot nodes (Franka via franky, SO-101 via LeRobot) implementing the RPent robot contract.",
     license="Apache-2.0",
     entry_points={
-        "console_scripts": ["franka_node = rpent_hw.franka_node:main"],
+        "console_scripts": [
+            "franka_node = rpent_hw.franka_node:main",
+            "so101_node = rpent_hw.so101_node:main",
+        ],
     },
 )

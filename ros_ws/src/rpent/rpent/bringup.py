@@ -8,6 +8,7 @@ to :class:`NodeSpec` entries; neither starter adds nodes or parameters of its ow
 from __future__ import annotations
 
 import os
+import shutil
 import time
 from dataclasses import dataclass, field
 from typing import Callable, Optional
@@ -31,6 +32,8 @@ class NodeSpec:
     remappings: dict = field(default_factory=dict)
     # The run is over when this node exits (the agent); its exit code is the run's.
     required: bool = False
+    # A plain process instead of a node executable (``ros2 bag record``).
+    command: Optional[list] = None
 
 
 @dataclass(frozen=True)
@@ -130,20 +133,43 @@ def view_nodes(args: dict, ns: str, folder: str) -> list:
         nodes.append(NodeSpec("rpent_foxglove", "bridge", "foxglove_bridge", ns,
                               params_files=[_config("foxglove_bridge.yaml")]))
     if _flag(args["record"]):
-        nodes.append(NodeSpec("rpent_bag", "recorder", "recorder", ns,
-                              params_files=[_config("recorder.yaml")],
-                              parameters={"bag_path": os.path.join(folder, "bag")}))
+        nodes.append(recorder(ns, os.path.join(folder, "bag")))
     return nodes
+
+
+def _have_rosbag2_mcap() -> bool:
+    try:
+        from ament_index_python.packages import get_package_share_directory
+
+        get_package_share_directory("rosbag2_storage_mcap")
+    except (ImportError, LookupError):
+        return False
+    return shutil.which("ros2") is not None
+
+
+def recorder(ns: str, bag: str) -> NodeSpec:
+    """``ros2 bag record`` (MCAP) where rosbag2 is installed, else the rpent_bag recorder."""
+    if _have_rosbag2_mcap():
+        from rpent_bag.record_node import DEFAULT_TOPICS
+
+        prefix = f"/{ns}/" if ns else "/"
+        names = "|".join(t.replace("*", ".*") for t in DEFAULT_TOPICS)
+        return NodeSpec("rosbag2", "ros2", "recorder", ns, command=[
+            "ros2", "bag", "record", "-s", "mcap", "-o", bag, "--include-hidden-topics",
+            "-e", f"^{prefix}({names})$"])
+    return NodeSpec("rpent_bag", "recorder", "recorder", ns,
+                    params_files=[_config("recorder.yaml")], parameters={"bag_path": bag})
 
 
 def agent_node(args: dict, ns: str, folder: str, model: str, max_steps: str) -> NodeSpec:
     return NodeSpec(
         "rpent_agent", "agent_node", "agent", ns,
         params_files=[_config("agent.yaml")],
-        parameters={"planner": args["planner"], "model": args["model"],
+        parameters={"planner": args["planner"] or "auto", "model": args["model"],
                     "base_url": args["base_url"], "instruction": args["instruction"],
                     "max_turns": int(args["max_turns"]), "max_episode_steps": int(max_steps),
-                    "run_dir": folder, "action_model": model, "run_at_startup": True},
+                    "output_dir": os.path.abspath(args["output_dir"]), "run_dir": folder,
+                    "action_model": model, "robot_namespace": ns, "run_at_startup": True},
         required=True)
 
 

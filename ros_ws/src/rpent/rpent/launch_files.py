@@ -9,9 +9,12 @@ from .bringup import BRINGUPS, NodeSpec
 
 
 def launch_node(spec: NodeSpec):
-    from launch.actions import Shutdown
+    from launch.actions import ExecuteProcess, Shutdown
     from launch_ros.actions import Node
 
+    if spec.command:
+        return ExecuteProcess(cmd=spec.command, name=spec.name, output="screen",
+                              sigterm_timeout="30")
     return Node(
         package=spec.package, executable=spec.executable, name=spec.name,
         namespace=spec.namespace or None,

@@ -31,7 +31,7 @@ class Running:
     def __init__(self, spec: NodeSpec, out_lock: threading.Lock):
         self.spec = spec
         self.label = f"{spec.namespace}/{spec.name}".lstrip("/")
-        cmd = [node_executable(spec.package, spec.executable)] + ros_args(
+        cmd = spec.command or [node_executable(spec.package, spec.executable)] + ros_args(
             spec.parameters, spec.namespace, {"__node": spec.name, **spec.remappings},
             spec.params_files)
         self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,

@@ -74,14 +74,15 @@ class ChunkExecutor:
                 newest[:] = [chunk]
                 wake.notify_all()
 
-        stream = self.model.stream(instruction, on_chunk, max_chunks=max_chunks,
-                                   client_id=client_id, robot_namespace=robot_namespace)
+        stream = self.model.stream(instruction, on_chunk, client_id=client_id,
+                                   robot_namespace=robot_namespace)
         stream_result = stream.handle.get_result_async()
         stream_result.add_done_callback(lambda _f: self._notify_done(wake, state))
         deadline = time.monotonic() + timeout
         try:
             report.outcome, report.message = self._loop(
-                wake, newest, stamps, state, report, stop_on_success, max_steps, deadline)
+                wake, newest, stamps, state, report, stop_on_success, max_steps, max_chunks,
+                deadline)
         finally:
             if not stream_result.done():
                 stream.cancel()
@@ -99,7 +100,8 @@ class ChunkExecutor:
             state["stream_done"] = True
             wake.notify_all()
 
-    def _loop(self, wake, newest, stamps, state, report, stop_on_success, max_steps, deadline):
+    def _loop(self, wake, newest, stamps, state, report, stop_on_success, max_steps, max_chunks,
+              deadline):
         while True:
             with wake:
                 while True:
@@ -111,11 +113,15 @@ class ChunkExecutor:
                         return "task_success", f"task succeeded after {len(stamps)} steps"
                     if len(stamps) >= max_steps:
                         return "max_steps", f"step budget of {max_steps} used"
-                    if newest and (idle or state["since_switch"] >= self.replan_after):
+                    # The budget counts chunks executed: a fast model predicts many more.
+                    spent = bool(max_chunks) and report.chunks_executed >= max_chunks
+                    if newest and not spent and \
+                            (idle or state["since_switch"] >= self.replan_after):
                         chunk = newest.pop()
                         break
-                    if idle and state["stream_done"] and not newest:
-                        return "chunks_done", f"stream ended after {report.chunks_received} chunks"
+                    if idle and (spent or (state["stream_done"] and not newest)):
+                        return "chunks_done", (f"executed {report.chunks_executed} chunks of "
+                                               f"{report.chunks_received} received")
                     left = deadline - time.monotonic()
                     if left <= 0:
                         return "timeout", f"no progress within the time budget ({len(stamps)} steps)"

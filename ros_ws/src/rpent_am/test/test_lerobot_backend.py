@@ -1,12 +1,8 @@
 """LeRobotBackend on a tiny ACT policy with random weights, saved and loaded the LeRobot way."""
 import numpy as np
 import pytest
-import torch
-from lerobot.configs.types import FeatureType, NormalizationMode, PolicyFeature
-from lerobot.policies.act.configuration_act import ACTConfig
-from lerobot.policies.act.modeling_act import ACTPolicy
-from lerobot.policies.factory import make_pre_post_processors
 
+from rpent_am import tiny_act
 from rpent_am.backends.lerobot_backend import LeRobotBackend
 from rpent_am.policy import BackendError, PolicyObservation
 from rpent_contract.control_space import ControlSpaceSpec
@@ -16,35 +12,14 @@ pytestmark = pytest.mark.slow
 SPACE = ControlSpaceSpec(name="osc7", labels=tuple("abcdefg"), units=("1",) * 7,
                          lower=(-1.0,) * 7, upper=(1.0,) * 7, relative=True)
 STATE = ("ee_x", "ee_y", "ee_z", "ax", "ay", "az", "f1", "f2")
-CAMERAS = {"agentview": "observation.images.front", "robot0_eye_in_hand": "observation.images.wrist"}
+CAMERAS = tiny_act.CAMERAS
 ACTION_MEAN, ACTION_STD = 0.25, 0.01
 
 
 @pytest.fixture(scope="module")
 def checkpoint(tmp_path_factory):
-    torch.manual_seed(0)
-    image = PolicyFeature(type=FeatureType.VISUAL, shape=(3, 64, 64))
-    cfg = ACTConfig(
-        input_features={"observation.state": PolicyFeature(type=FeatureType.STATE, shape=(8,)),
-                        CAMERAS["agentview"]: image, CAMERAS["robot0_eye_in_hand"]: image},
-        output_features={"action": PolicyFeature(type=FeatureType.ACTION, shape=(7,))},
-        normalization_mapping={"VISUAL": NormalizationMode.MEAN_STD,
-                               "STATE": NormalizationMode.MEAN_STD,
-                               "ACTION": NormalizationMode.MEAN_STD},
-        chunk_size=20, n_action_steps=10, dim_model=32, n_heads=2, dim_feedforward=64,
-        n_encoder_layers=1, n_decoder_layers=1, latent_dim=8, n_vae_encoder_layers=1,
-        pretrained_backbone_weights=None, device="cpu", push_to_hub=False)
-    stats = {"observation.state": {"mean": torch.zeros(8), "std": torch.ones(8)},
-             "action": {"mean": torch.full((7,), ACTION_MEAN), "std": torch.full((7,), ACTION_STD)}}
-    for key in CAMERAS.values():
-        stats[key] = {"mean": torch.full((3, 1, 1), 0.5), "std": torch.full((3, 1, 1), 0.25)}
-    policy = ACTPolicy(cfg)
-    pre, post = make_pre_post_processors(cfg, dataset_stats=stats)
-    folder = tmp_path_factory.mktemp("act_tiny")
-    policy.save_pretrained(folder)
-    pre.save_pretrained(folder)
-    post.save_pretrained(folder)
-    return folder
+    return tiny_act.build(tmp_path_factory.mktemp("act_tiny"), image_size=64,
+                          action_mean=ACTION_MEAN, action_std=ACTION_STD)
 
 
 def observation(seed=0):

@@ -100,6 +100,8 @@ class RobotClient:
 
     def close(self) -> None:
         self._executor.shutdown()
+        # A thread still inside rclpy when the interpreter exits aborts the process.
+        self._spin.join(5)
         self.node.destroy_node()
 
     # --- services ------------------------------------------------------------------------

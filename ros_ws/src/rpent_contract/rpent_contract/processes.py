@@ -35,6 +35,18 @@ def node_executable(package: str, executable: str) -> str:
     return str(path)
 
 
+def _yaml(value) -> str:
+    """A parameter value as the YAML rcl parses after ``-p name:=``, keeping its type
+    (strings stay strings even when empty or when they look like numbers)."""
+    if isinstance(value, bool):
+        return str(value).lower()
+    if isinstance(value, str):
+        return "'" + value.replace("'", "''") + "'"
+    if isinstance(value, (list, tuple)):
+        return "[" + ",".join(_yaml(v) for v in value) + "]"
+    return repr(value)
+
+
 def ros_args(parameters: dict, namespace: str = "", remaps: Optional[dict] = None,
              params_files: Sequence = ()) -> list[str]:
     """``--ros-args``: parameter files first, then single values (which override them)."""
@@ -44,11 +56,7 @@ def ros_args(parameters: dict, namespace: str = "", remaps: Optional[dict] = Non
     if namespace:
         args += ["-r", f"__ns:=/{namespace.strip('/')}"]
     for key, value in parameters.items():
-        if isinstance(value, bool):
-            value = str(value).lower()
-        elif isinstance(value, (list, tuple)):
-            value = "[" + ",".join(f"'{v}'" if isinstance(v, str) else repr(v) for v in value) + "]"
-        args += ["-p", f"{key}:={value}"]
+        args += ["-p", f"{key}:={_yaml(value)}"]
     for src, dst in (remaps or {}).items():
         args += ["-r", f"{src}:={dst}"]
     return args

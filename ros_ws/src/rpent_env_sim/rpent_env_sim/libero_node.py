@@ -146,6 +146,9 @@ class LiberoDriver(RobotDriver):
 
     def execute_chunk(self, space, actions, motion, stop_on_success) -> ChunkOutcome:
         snap, done = self._latest, 0
+        if stop_on_success and snap.task.success:
+            # Already achieved: a chunk sent while the last one was ending must not undo it.
+            return ChunkOutcome(0, snap, stopped_on_success=True)
         for i, action in enumerate(actions):
             if motion.stopped:
                 break

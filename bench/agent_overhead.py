@@ -1,0 +1,88 @@
+"""Agent overhead per tool call, without model latency or motion time.
+
+    source scripts/env.sh && python bench/agent_overhead.py [--calls 200]
+
+The real agent node runs in-process against the LIBERO node; its planner is the pydantic-ai
+loop with a FunctionModel that answers at once and calls ``observe`` (no motion) every
+turn. The interval between consecutive model calls is then the agent's own cost of one
+tool call: pydantic-ai's loop, the toolkit, AgentEvent publishing, the transcript and
+feedback, and, with images on, converting and PNG-encoding both 128x128 cameras.
+"""
+from __future__ import annotations
+
+import argparse
+import tempfile
+import threading
+import time
+
+import numpy as np
+from pydantic_ai.messages import ModelResponse, TextPart, ToolCallPart
+from pydantic_ai.models.function import FunctionModel
+from rclpy.parameter import Parameter
+
+from rpent_contract.processes import NodeProcess, isolate_ros_graph
+
+
+def stats(ms) -> str:
+    ms = np.asarray(ms)
+    return (f"p50 {np.percentile(ms, 50):6.2f} ms  p90 {np.percentile(ms, 90):6.2f} ms  "
+            f"p99 {np.percentile(ms, 99):6.2f} ms")
+
+
+def measure(node, calls: int, images: bool) -> np.ndarray:
+    from rpent_agent.planners.api import ApiPlanner
+
+    stamps = []
+
+    def model(messages, info):
+        stamps.append(time.perf_counter())
+        if len(stamps) <= calls:
+            return ModelResponse(parts=[ToolCallPart("observe", {})])
+        return ModelResponse(parts=[TextPart(""), ToolCallPart(
+            "finish", {"status": "failure", "summary": "benchmark"})])
+
+    node.images = images
+    node.planner = ApiPlanner(FunctionModel(model), max_history_images=4)
+    result = node.run_task("pick the alphabet soup and place it in the basket",
+                           max_turns=calls + 5)
+    assert result.tool_calls == calls + 2, result.summary  # + the opening observe and finish
+    return np.diff(stamps)[5:] * 1e3  # the first turns pay for imports and allocations
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--calls", type=int, default=200)
+    args = parser.parse_args()
+    isolate_ros_graph()
+    import rclpy
+    from rclpy.executors import MultiThreadedExecutor
+
+    from rpent_agent.agent_node import AgentNode
+
+    with tempfile.TemporaryDirectory() as tmp:
+        robot = NodeProcess("rpent_env_sim", "libero_node",
+                            {"suite": "libero_object", "task_id": 0}, tmp, name="bench_robot")
+        rclpy.init()
+        node = None
+        try:
+            node = AgentNode(parameter_overrides=[
+                Parameter("planner", value="scripted"), Parameter("output_dir", value=tmp),
+                Parameter("video", value=False), Parameter("startup_timeout", value=180.0)])
+            executor = MultiThreadedExecutor(num_threads=2)
+            executor.add_node(node)
+            threading.Thread(target=executor.spin, daemon=True).start()
+            off = measure(node, args.calls, images=False)
+            on = measure(node, args.calls, images=True)
+        finally:
+            if node is not None:
+                node.destroy_node()
+            rclpy.try_shutdown()
+            robot.stop()
+    print(f"agent overhead per tool call (FunctionModel + observe, {args.calls} calls, "
+          "agent node in-process, LIBERO node)")
+    print(f"  images off              {stats(off)}   (goal p50 <= 20 ms)")
+    print(f"  images on (2 x 128x128) {stats(on)}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,362 @@
+"""The agent node ``agent``: serves ``~/run_task`` and publishes ``~/events``.
+
+A run: the planner (api / scripted / mcp) drives the toolkit until finish, the turn or
+step budget, cancel or an error; the run folder then gets transcript.json, result.json and
+episode.mp4. With the ``instruction`` parameter the node runs that task once at start-up
+and exits (status 0 when the run ends in success, else 1).
+"""
+from __future__ import annotations
+
+import json
+import threading
+import uuid
+from datetime import datetime
+from pathlib import Path
+from typing import Optional
+
+import rclpy
+from rclpy.action import ActionServer, CancelResponse, GoalResponse
+from rclpy.callback_groups import ReentrantCallbackGroup
+from rclpy.executors import ExternalShutdownException, MultiThreadedExecutor
+from rclpy.node import Node
+
+from rpent_contract import params
+from rpent_contract.client import RobotClient
+from rpent_interfaces.action import RunTask
+from rpent_interfaces.msg import AgentEvent
+
+from .memory import MemoryDir
+from .observer import RobotObserver
+from .planners import PLANNERS, choose
+from .toolkit import Timeouts, Toolkit, RunState
+from .transcript import Transcript
+from .video import EpisodeVideo
+
+STATUS = {"success": RunTask.Result.STATUS_SUCCESS, "failure": RunTask.Result.STATUS_FAILURE,
+          "stuck": RunTask.Result.STATUS_STUCK, "max_turns": RunTask.Result.STATUS_MAX_TURNS,
+          "error": RunTask.Result.STATUS_ERROR, "canceled": RunTask.Result.STATUS_CANCELED}
+EVENT_KIND = {"reasoning": AgentEvent.KIND_REASONING, "tool_call": AgentEvent.KIND_TOOL_CALL,
+              "tool_result": AgentEvent.KIND_TOOL_RESULT, "finish": AgentEvent.KIND_FINISH,
+              "error": AgentEvent.KIND_ERROR}
+
+
+def _non_negative_int(value):
+    return None if isinstance(value, int) and value >= 0 else "must be an integer >= 0"
+
+
+def _positive_int(value):
+    return None if isinstance(value, int) and value > 0 else "must be an integer > 0"
+
+
+class AgentNode(Node):
+    def __init__(self, **kwargs):
+        super().__init__("agent", **kwargs)
+        d = lambda *a, **k: params.declare(self, *a, **k)  # noqa: E731
+        self.planner_param = d("planner", "auto", "api | scripted | mcp | auto (api when a "
+                               "model and its key are configured, else scripted)",
+                               params.one_of(*PLANNERS))
+        self.model = d("model", "", "LLM as provider:model, e.g. anthropic:claude-sonnet-4-5, "
+                       "openai:gpt-4.1; keys come from the environment")
+        self.base_url = d("base_url", "", "OpenAI-compatible endpoint (Ollama, vLLM), e.g. "
+                          "http://localhost:11434/v1; empty = the provider's own API")
+        self.plan_file = d("plan_file", "", "scripted planner: YAML/JSON list of tool calls; "
+                           "empty = the pick-and-place heuristic")
+        self.max_turns = d("max_turns", 40, "model turns (scripted/mcp: tool calls) per run",
+                           _positive_int)
+        self.max_episode_steps = d("max_episode_steps", 0, "control steps the agent's tools "
+                                   "may execute per run; 0 = no agent cap (the robot's own "
+                                   "cap still applies)", _non_negative_int)
+        self.timeouts = Timeouts(
+            move=d("move_timeout", 60.0, "s to wait for a move_to result", params.positive),
+            gripper=d("gripper_timeout", 20.0, "s to wait for a gripper result",
+                      params.positive),
+            policy=d("policy_timeout", 120.0, "s a run_policy call may take", params.positive),
+            service=d("service_timeout", 10.0, "s to wait for a service answer",
+                      params.positive))
+        self.images = d("images", True, "attach the camera images to every tool result")
+        self.max_history_images = d("max_history_images", 4, "api planner: images kept in "
+                                    "the history the model sees", _non_negative_int)
+        self.model_retries = d("model_retries", 3, "api planner: retries of a transient "
+                               "model error", _non_negative_int)
+        self.output_dir = d("output_dir", "runs", "folder of the run folders")
+        self.memory_dir = d("memory_dir", "", "memory folder shared by runs; empty = "
+                            "<run folder>/memory")
+        self.robot_namespace = d("robot_namespace", "", "namespace of the robot contract")
+        self.action_model = d("action_model", "", "action-model node name (e.g. "
+                              "/action_model) for the run_policy tool; empty = no policy tool")
+        self.mcp_host = d("mcp_host", "127.0.0.1", "mcp planner: address to serve on")
+        self.mcp_port = d("mcp_port", 8765, "mcp planner: TCP port",
+                          lambda v: None if 0 < v < 65536 else "must be 1..65535")
+        self.run_timeout = d("run_timeout", 3600.0, "s a run may take (api, mcp)",
+                             params.positive)
+        self.reset_episode = d("reset_episode", False, "reset the robot's episode before "
+                               "each run")
+        self.video_enabled = d("video", True, "write episode.mp4 from the camera topics")
+        self.startup_timeout = d("startup_timeout", 120.0, "s to wait for the robot (and "
+                                 "action model) at start-up", params.positive)
+        self.instruction = d("instruction", "", "run this task at start-up, then exit")
+        self.run_at_startup = d("run_at_startup", False, "run once at start-up, then exit; "
+                                "with an empty instruction, the robot's task instruction")
+        self.run_dir = d("run_dir", "", "run folder to write (a launch file's, shared with the "
+                         "recorder); empty = a new one under output_dir per run")
+
+        self.planner_name, why = choose(self.planner_param, self.model, self.base_url)
+        self.get_logger().info(why)
+
+        self.robot = RobotClient(namespace=self.robot_namespace,
+                                 node_name="agent_robot_client")
+        self._run_lock = threading.Lock()
+        self._toolkit: Optional[Toolkit] = None
+        try:
+            self.info = self.robot.wait_ready(self.startup_timeout)
+            self.observer = RobotObserver(self.robot.node, self.info.camera_names)
+            self.observer.wait_ready(self.startup_timeout)
+            self.executor_, self.model_meta = self._connect_action_model()
+            self.planner = self._make_planner()
+        except TimeoutError as err:
+            self.robot.close()
+            raise TimeoutError(
+                f"{err}. Start the robot node (and the action model, if action_model is set) "
+                f"first, and check robot_namespace ('{self.robot_namespace}') and "
+                "ROS_DOMAIN_ID") from None
+        except Exception:
+            self.robot.close()
+            raise
+        self._events = self.create_publisher(AgentEvent, "~/events", 50)
+        self._server = ActionServer(
+            self, RunTask, "~/run_task", execute_callback=self._execute,
+            goal_callback=self._on_goal, cancel_callback=self._on_cancel,
+            callback_group=ReentrantCallbackGroup())
+        self.get_logger().info(
+            f"agent ready: planner {self.planner_name}, robot {self.info.embodiment}, tools "
+            f"{', '.join(self._new_toolkit(RunState('', 1, 0)).tools)}")
+
+    # --- set-up --------------------------------------------------------------------------
+    def _connect_action_model(self):
+        if not self.action_model:
+            return None, None
+        from rpent_am.chunk_executor import ChunkExecutor
+        from rpent_am.client import ActionModelClient
+
+        model = ActionModelClient(self.robot.node, self.action_model)
+        meta = model.connect(self.info, timeout=self.startup_timeout)
+        return ChunkExecutor(self.robot, model), meta
+
+    def _make_planner(self):
+        if self.planner_name == "api":
+            from .planners.api import ApiPlanner, build_model
+            return ApiPlanner(build_model(self.model, self.base_url),
+                              max_history_images=self.max_history_images,
+                              retries=self.model_retries, run_timeout=self.run_timeout)
+        if self.planner_name == "mcp":
+            from .planners.mcp import McpPlanner
+            planner = McpPlanner(lambda: self._toolkit, self.mcp_host, self.mcp_port,
+                                 self.run_timeout)
+            url = planner.start(self._new_toolkit(RunState("", 1, 0)).describe())
+            self.get_logger().info(f"MCP server for external agents at {url}")
+            return planner
+        from .planners.scripted import ScriptedPlanner
+        return ScriptedPlanner(self.plan_file)
+
+    def _new_toolkit(self, run, memory=None, listener=None) -> Toolkit:
+        return Toolkit(self.robot, self.info, self.observer, run,
+                       memory=memory or MemoryDir(self.memory_dir or self.output_dir),
+                       executor=self.executor_, model_meta=self.model_meta,
+                       timeouts=self.timeouts, images=self.images,
+                       **({"listener": listener} if listener else {}))
+
+    # --- action server -------------------------------------------------------------------
+    def _on_goal(self, goal):
+        if self._run_lock.locked():
+            self.get_logger().warn("run_task refused: a run is in progress; cancel it first")
+            return GoalResponse.REJECT
+        if not goal.instruction.strip():
+            self.get_logger().warn("run_task refused: the instruction is empty")
+            return GoalResponse.REJECT
+        return GoalResponse.ACCEPT
+
+    def _on_cancel(self, _goal_handle):
+        toolkit = self._toolkit
+        if toolkit is not None:
+            threading.Thread(target=toolkit.cancel, daemon=True).start()
+        return CancelResponse.ACCEPT
+
+    def _execute(self, goal_handle):
+        g = goal_handle.request
+
+        def feedback(turn, last_tool, text):
+            goal_handle.publish_feedback(RunTask.Feedback(turn=turn, last_tool=last_tool,
+                                                          text=text[:2000]))
+
+        result = self.run_task(g.instruction, g.max_turns, g.max_episode_steps, feedback)
+        if result.status == RunTask.Result.STATUS_CANCELED:
+            goal_handle.canceled()
+        elif result.status == RunTask.Result.STATUS_ERROR:
+            goal_handle.abort()
+        else:
+            goal_handle.succeed()
+        return result
+
+    # --- a run ---------------------------------------------------------------------------
+    def run_task(self, instruction: str, max_turns: int = 0, max_steps: int = 0,
+                 feedback=lambda *_: None) -> RunTask.Result:
+        with self._run_lock:
+            return self._run(instruction, max_turns or self.max_turns,
+                             max_steps or self.max_episode_steps, feedback)
+
+    def _run(self, instruction, max_turns, max_steps, feedback) -> RunTask.Result:
+        run_id = uuid.uuid4().hex[:8]
+        run_dir = Path(self.run_dir).resolve() if self.run_dir else \
+            Path(self.output_dir).resolve() / (datetime.now().strftime("%Y%m%d-%H%M%S") +
+                                               f"_{run_id}")
+        run_dir.mkdir(parents=True, exist_ok=True)
+        transcript = Transcript(run_dir / "transcript.json", run_id, {
+            "instruction": instruction, "planner": self.planner_name, "model": self.model,
+            "robot": self.info.embodiment, "max_turns": max_turns, "max_episode_steps": max_steps})
+        run = RunState(instruction, max_turns, max_steps)
+        last = {"tool": ""}
+
+        def listener(kind, tool_name="", arguments=None, text="", ok=True, duration=0.0,
+                     **extra):
+            args_json = json.dumps(arguments) if arguments is not None else ""
+            transcript.event(kind=kind, turn=run.turns, tool=tool_name, arguments=arguments,
+                             text=text, ok=ok, duration=round(duration, 4), **extra)
+            if kind == "tool_call":
+                last["tool"] = tool_name
+            if kind == "turn":
+                feedback(run.turns, last["tool"], text)
+            elif kind in EVENT_KIND:
+                self._publish(run_id, run.turns, kind, tool_name, args_json, text, ok, duration)
+
+        video = EpisodeVideo(self.info.control_rate or 20.0) if self.video_enabled else None
+        memory = MemoryDir(Path(self.memory_dir).resolve() if self.memory_dir
+                           else run_dir / "memory")
+        toolkit = self._new_toolkit(run, memory, listener)
+        self.get_logger().info(f"run {run_id}: '{instruction}' ({run_dir})")
+        self._toolkit = toolkit
+        try:
+            if self.reset_episode:
+                self.robot.reset(timeout=self.timeouts.service * 6)
+            self.observer.video = video
+            if not run.cancel.is_set():
+                self.planner.run(toolkit)
+        except Exception as err:  # noqa: BLE001 - a failed run is reported, the node keeps serving
+            listener(kind="error", text=f"{type(err).__name__}: {err}")
+            run.end("error", f"the run failed: {type(err).__name__}: {err}")
+        finally:
+            self._toolkit = None
+            self.observer.video = None
+        if run.cancel.is_set():
+            run.finished = ("canceled", "canceled by the caller; the robot was stopped")
+        elif run.finished is None:
+            run.end("error", "the planner returned without an outcome")
+        status, summary = run.finished
+        task = self.observer.settled_task(self.get_clock().now().nanoseconds)
+        task_success = bool(task is not None and task.success)
+        listener(kind="finish", text=f"{status}: {summary}", ok=status == "success")
+        result = RunTask.Result(
+            status=STATUS[status], summary=summary, task_success=task_success,
+            turns=run.turns, tool_calls=run.tool_calls, input_tokens=run.input_tokens,
+            output_tokens=run.output_tokens, transcript_path=str(run_dir / "transcript.json"),
+            run_dir=str(run_dir))
+        outcome = {"status": status, "summary": summary, "task_success": task_success,
+                   "turns": run.turns, "tool_calls": run.tool_calls, "steps": run.steps_used,
+                   "input_tokens": run.input_tokens, "output_tokens": run.output_tokens}
+        extra = {}
+        if self.planner_name == "api":
+            from .planners.api import messages_json
+            extra["messages"] = messages_json(self.planner.messages)
+        if video is not None:
+            try:
+                path = video.write(run_dir / "episode.mp4")
+                outcome["video"] = str(path) if path else None
+            except Exception as err:  # noqa: BLE001 - a lost video must not lose the result
+                outcome["video_error"] = str(err)
+        transcript.finish(outcome, extra)
+        (run_dir / "result.json").write_text(json.dumps(outcome, indent=1))
+        self.get_logger().info(f"run {run_id} ended: {status} ({summary}); task success "
+                               f"{task_success}; {run.turns} turns")
+        return result
+
+    def _publish(self, run_id, turn, kind, tool_name, args_json, text, ok, duration):
+        msg = AgentEvent(run_id=run_id, turn=turn, kind=EVENT_KIND[kind], tool_name=tool_name,
+                         arguments_json=args_json, text=text[:8000], ok=bool(ok),
+                         duration=float(duration))
+        msg.header.stamp = self.get_clock().now().to_msg()
+        self._events.publish(msg)
+
+    def destroy_node(self):
+        if hasattr(self.planner, "stop"):
+            self.planner.stop()
+        self.robot.close()
+        return super().destroy_node()
+
+
+def summary(result) -> str:
+    """What a person wants to read when a run ends: verdicts, files, how to watch it."""
+    run_dir = Path(result.run_dir)
+    status = {v: k for k, v in STATUS.items()}.get(result.status, str(result.status))
+    lines = [
+        "",
+        f"  agent status   : {status} ({result.summary})",
+        f"  native success : {'yes' if result.task_success else 'no'}",
+        f"  turns / tools  : {result.turns} / {result.tool_calls}",
+        f"  run folder     : {run_dir}",
+        f"  transcript     : {result.transcript_path}",
+    ]
+    if (run_dir / "episode.mp4").exists():
+        lines.append(f"  video          : {run_dir / 'episode.mp4'}")
+    bag = run_dir / "bag"
+    if bag.exists():
+        lines += [f"  bag            : {bag}",
+                  "  watch it       : ros_ws/install/rpent_bag/lib/rpent_bag/replay "
+                  f"{bag}  (with dashboard:=true or the rpent_foxglove bridge running, then "
+                  "open ws://127.0.0.1:8765 in Foxglove with config/foxglove_layout.json)"]
+    else:
+        lines.append("  watch it live  : add dashboard:=true (and record:=true to replay it "
+                     "later), open ws://127.0.0.1:8765 in Foxglove")
+    return "\n".join(lines)
+
+
+def main(args=None):
+    rclpy.init(args=args)
+    node = executor = None
+    code = 0
+    try:
+        try:
+            node = AgentNode()
+        # Bad parameters, an incompatible action model, a robot that never answered.
+        except (ValueError, TimeoutError) as err:
+            rclpy.logging.get_logger("agent").fatal(str(err))
+            code = 2
+            return code
+        executor = MultiThreadedExecutor(num_threads=4)
+        executor.add_node(node)
+        if node.instruction or node.run_at_startup:
+            instruction = node.instruction or node.observer.task().instruction
+            done = {}
+            worker = threading.Thread(target=lambda: done.update(
+                result=node.run_task(instruction)), daemon=True)
+            worker.start()
+            while worker.is_alive() and rclpy.ok():
+                executor.spin_once(timeout_sec=0.1)
+            result = done.get("result")
+            if result is not None:
+                print(summary(result), flush=True)
+            code = 0 if result is not None and \
+                result.status == RunTask.Result.STATUS_SUCCESS else 1
+        else:
+            executor.spin()
+    except (KeyboardInterrupt, ExternalShutdownException):
+        pass
+    finally:
+        if executor is not None:
+            executor.shutdown()
+        if node is not None:
+            node.destroy_node()
+        rclpy.try_shutdown()
+    return code
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,77 @@
+"""Keeps the newest robot state, task status and camera frames from the contract's topics,
+and feeds the episode video."""
+from __future__ import annotations
+
+import threading
+import time
+from typing import Optional
+
+from sensor_msgs.msg import Image
+
+from rpent_contract.images import image_to_numpy, to_rgb
+from rpent_contract.processes import wait_until
+from rpent_contract.qos import IMAGE_QOS, LATCHED_QOS, STATE_QOS
+from rpent_interfaces.msg import RobotState, TaskStatus
+
+
+class RobotObserver:
+    def __init__(self, node, camera_names, video=None):
+        self._lock = threading.Lock()
+        self._state: Optional[RobotState] = None
+        self._task: Optional[TaskStatus] = None
+        self._images: dict = {}
+        self.camera_names = list(camera_names)
+        self.video = video
+        self._subs = [
+            node.create_subscription(RobotState, "robot_state", self._on_state, STATE_QOS),
+            node.create_subscription(TaskStatus, "task_status", self._on_task, LATCHED_QOS),
+        ] + [node.create_subscription(Image, f"camera/{name}/image_raw",
+                                      lambda msg, n=name: self._on_image(n, msg), IMAGE_QOS)
+             for name in self.camera_names]
+
+    def _on_state(self, msg):
+        self._state = msg
+
+    def _on_task(self, msg):
+        self._task = msg
+
+    def _on_image(self, name, msg):
+        with self._lock:
+            self._images[name] = msg
+        # The last camera of a tick completes the frame set the video records.
+        if self.video is not None and name == self.camera_names[-1] and self._state is not None:
+            self.video.offer(self._state.episode_step, self.frames())
+
+    def wait_ready(self, timeout: float) -> None:
+        wait_until(lambda: self._state is not None and self._task is not None
+                   and len(self._images) == len(self.camera_names), timeout,
+                   what="robot_state, task_status and every camera topic")
+
+    def state(self) -> Optional[RobotState]:
+        return self._state
+
+    def task(self) -> Optional[TaskStatus]:
+        return self._task
+
+    def settled_task(self, after_ns: int, timeout: float = 2.0) -> Optional[TaskStatus]:
+        """The task status as of a robot state stamped after ``after_ns`` (ROS time).
+
+        The robot publishes both in the same tick but on separate topics, and this node's
+        callbacks may lag behind a busy robot: right after a motion, the newest verdict
+        can still be in flight.
+        """
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            state, task = self._state, self._task
+            if state is not None and task is not None and task.step >= state.episode_step \
+                    and state.header.stamp.sec * 1_000_000_000 + state.header.stamp.nanosec \
+                    >= after_ns:
+                return task
+            time.sleep(0.02)
+        return self._task
+
+    def frames(self) -> dict:
+        """camera -> RGB array, newest frame of each camera."""
+        with self._lock:
+            msgs = dict(self._images)
+        return {name: to_rgb(image_to_numpy(m), m.encoding) for name, m in msgs.items()}

@@ -1,0 +1,214 @@
+"""The LLM planner: a pydantic-ai tool loop over the toolkit.
+
+Each model response is one turn. Tool results go back as text plus the camera images; only
+the newest ``max_history_images`` images stay in the history the model sees (older ones
+become a one-line placeholder), which bounds the cost of long runs. Transient model errors
+(rate limits, 5xx, dropped connections) are retried with backoff. A model that stops
+calling tools without ``finish`` is asked to continue, which costs a turn.
+"""
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import os
+from typing import Optional
+
+from pydantic_ai import Agent, BinaryContent, Tool
+from pydantic_ai.capabilities import ProcessHistory
+from pydantic_ai.exceptions import (AgentRunError, ModelAPIError, ModelHTTPError,
+                                    UsageLimitExceeded)
+from pydantic_ai.messages import (ModelMessagesTypeAdapter, ModelRequest, TextPart,
+                                  ToolReturnPart, UserPromptPart)
+from pydantic_ai.models import Model, infer_model
+from pydantic_ai.models.wrapper import WrapperModel
+from pydantic_ai.usage import UsageLimits
+
+SYSTEM_PROMPT = """You control a robot arm through tools. Each tool result shows what \
+happened and the current camera images. Work step by step: look, act, check the result. \
+Positions are metres in the robot base frame. When the task is done, call finish with \
+status 'success'; if it cannot be done call finish with 'failure', and if you cannot make \
+progress call finish with 'stuck'. Always end with finish."""
+
+CONTINUE_PROMPT = ("You replied without calling a tool. Continue the task with the tools, "
+                   "or call finish to end the run.")
+
+RETRY_STATUS = {408, 409, 425, 429, 500, 502, 503, 504, 529}
+
+
+class RunEnded(Exception):
+    """Raised out of a tool call to stop the agent loop: finish was called or the run ended."""
+
+
+def build_model(model: str, base_url: str = "") -> Model:
+    """``provider:model``; with ``base_url``, an OpenAI-compatible server (Ollama, vLLM)."""
+    if not base_url:
+        return infer_model(model)
+    from pydantic_ai.models.openai import OpenAIChatModel
+    from pydantic_ai.providers.openai import OpenAIProvider
+
+    name = model.split(":", 1)[1] if ":" in model else model
+    # Local servers ignore the key, but the OpenAI client insists on one.
+    key = os.environ.get("OPENAI_API_KEY") or "not-needed"
+    return OpenAIChatModel(name, provider=OpenAIProvider(base_url=base_url, api_key=key))
+
+
+class RetryingModel(WrapperModel):
+    """Retries a request that failed for a transient reason (rate limit, 5xx, connection)."""
+
+    def __init__(self, wrapped: Model, retries: int = 3, backoff: float = 1.0):
+        super().__init__(wrapped)
+        self.retries, self.backoff = retries, backoff
+        self.retried = 0
+
+    async def request(self, messages, model_settings, model_request_parameters):
+        for attempt in range(self.retries + 1):
+            try:
+                return await self.wrapped.request(messages, model_settings,
+                                                  model_request_parameters)
+            except ModelHTTPError as err:
+                if err.status_code not in RETRY_STATUS or attempt == self.retries:
+                    raise
+            except ModelAPIError:  # no HTTP status: the connection failed
+                if attempt == self.retries:
+                    raise
+            self.retried += 1
+            await asyncio.sleep(self.backoff * 2 ** attempt)
+
+
+def _is_image(item) -> bool:
+    return isinstance(item, BinaryContent) and item.is_image
+
+
+def prune_images(messages: list, keep: int) -> list:
+    """Keep the newest ``keep`` images; older ones become a text placeholder."""
+    seen = 0
+    out = []
+    for message in reversed(messages):
+        if isinstance(message, ModelRequest):
+            parts = []
+            for part in message.parts:
+                if isinstance(part, (ToolReturnPart, UserPromptPart)) and \
+                        isinstance(part.content, list):
+                    content = []
+                    for item in reversed(part.content):
+                        if _is_image(item):
+                            seen += 1
+                            if seen > keep:
+                                item = f"[image from an earlier turn omitted ({item.media_type})]"
+                        content.append(item)
+                    part = dataclasses.replace(part, content=content[::-1])
+                parts.append(part)
+            message = dataclasses.replace(message, parts=parts)
+        out.append(message)
+    return out[::-1]
+
+
+def messages_json(messages: list) -> list:
+    """The history as JSON for the transcript, images replaced by placeholders."""
+    return ModelMessagesTypeAdapter.dump_python(prune_images(messages, 0), mode="json")
+
+
+def result_content(result) -> list:
+    content: list = [result.text if result.ok else f"ERROR: {result.text}"]
+    for camera, png in result.images:
+        content += [f"camera {camera}:", BinaryContent(png, media_type="image/png")]
+    return content
+
+
+class ApiPlanner:
+    name = "api"
+
+    def __init__(self, model, *, max_history_images: int = 4, retries: int = 3,
+                 backoff: float = 1.0, system_prompt: str = SYSTEM_PROMPT,
+                 run_timeout: float = 3600.0):
+        """``model``: a pydantic-ai Model (FunctionModel in tests) or a ``provider:model``."""
+        self.model = RetryingModel(infer_model(model) if isinstance(model, str) else model,
+                                   retries, backoff)
+        self.max_history_images = max_history_images
+        self.system_prompt = system_prompt
+        self.run_timeout = run_timeout
+        self.messages: list = []
+
+    def run(self, toolkit) -> None:
+        self.messages = []
+        asyncio.run(self._run_bounded(toolkit))
+
+    async def _run_bounded(self, toolkit) -> None:
+        run = toolkit.run
+        task = asyncio.ensure_future(self._loop(toolkit))
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.run_timeout
+        # The model call itself may block for long: cancel and the deadline act on the task.
+        while not task.done():
+            await asyncio.wait([task], timeout=0.1)
+            if run.cancel.is_set() or loop.time() > deadline:
+                task.cancel()
+                try:
+                    await task
+                except asyncio.CancelledError:
+                    pass
+                if not run.cancel.is_set():
+                    run.end("error", f"the run took longer than run_timeout "
+                            f"({self.run_timeout:g} s)")
+                return
+        try:
+            task.result()
+        except Exception as err:  # noqa: BLE001 - a failed loop ends the run, readable
+            what = f"{type(err).__name__}: {err}"
+            toolkit.listener(kind="error", text=what)
+            if isinstance(err, AgentRunError):
+                run.end("error", f"the model call failed: {what}. Check the model name, API "
+                        "key and base URL, and that the provider is reachable")
+            else:
+                run.end("error", f"the agent loop failed: {what}; the transcript has the "
+                        "conversation up to here")
+
+    def _tools(self, toolkit) -> list:
+        def make(name):
+            def call(**arguments):
+                result = toolkit.call(name, arguments)
+                if toolkit.run.finished is not None or toolkit.run.cancel.is_set():
+                    raise RunEnded(name)
+                return result_content(result)
+            return call
+        return [Tool.from_schema(make(t.name), t.name, t.description, t.parameters,
+                                 sequential=True)
+                for t in toolkit.tools.values()]
+
+    async def _loop(self, toolkit) -> None:
+        run = toolkit.run
+        keep = self.max_history_images
+        agent = Agent(self.model, instructions=self.system_prompt, tools=self._tools(toolkit),
+                      capabilities=[ProcessHistory(lambda messages: prune_images(messages, keep))])
+        first = toolkit.call("observe")
+        prompt: object = [f"Task: {run.instruction}\n\n{first.text}"] + result_content(first)[1:]
+        history: Optional[list] = None
+        while run.finished is None:
+            left = run.max_turns - run.turns
+            if left <= 0:
+                run.end("max_turns", f"used all {run.max_turns} turns without finishing")
+                break
+            async with agent.iter(prompt, message_history=history,
+                                  usage_limits=UsageLimits(request_limit=left)) as agent_run:
+                try:
+                    async for node in agent_run:
+                        if Agent.is_call_tools_node(node):
+                            self._on_response(toolkit, node.model_response)
+                except RunEnded:
+                    pass
+                except UsageLimitExceeded:
+                    run.end("max_turns", f"used all {run.max_turns} turns without finishing")
+                finally:
+                    usage = agent_run.usage
+                    run.input_tokens += usage.input_tokens or 0
+                    run.output_tokens += usage.output_tokens or 0
+                    history = agent_run.all_messages()
+                    self.messages = history
+            prompt = CONTINUE_PROMPT
+
+    def _on_response(self, toolkit, response) -> None:
+        toolkit.run.turns += 1
+        text = "\n".join(p.content for p in response.parts if isinstance(p, TextPart)).strip()
+        if text:
+            toolkit.listener(kind="reasoning", text=text)
+        toolkit.listener(kind="turn", text=text)

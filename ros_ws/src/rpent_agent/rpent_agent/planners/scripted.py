@@ -1,0 +1,127 @@
+"""The offline planner: no LLM. Follows a plan file (a list of tool calls) or, without
+one, the pick-and-place heuristic: find the two objects the instruction names among the
+simulator's objects, then run the shared pick-and-place plan through the tools."""
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import numpy as np
+import yaml
+
+from rpent_contract.pick_place import objects_in_instruction, pick_and_place
+
+from ..toolkit import quaternion_to_rpy
+from . import PlannerConfigError
+
+
+class PlanStepFailed(Exception):
+    pass
+
+
+def load_plan(path) -> list[dict]:
+    """A YAML or JSON list of ``{tool: name, args: {...}}``."""
+    path = Path(path)
+    if not path.is_file():
+        raise PlannerConfigError(f"plan file {path} not found; give an existing YAML/JSON file")
+    steps = yaml.safe_load(path.read_text())
+    if not isinstance(steps, list) or not all(
+            isinstance(s, dict) and isinstance(s.get("tool"), str)
+            and isinstance(s.get("args", {}), dict) for s in steps):
+        raise PlannerConfigError(
+            f"plan file {path} must be a list of {{tool: <name>, args: {{...}}}} entries")
+    return steps
+
+
+# Chunks the policy may execute before the heuristic takes over (each runs >= 5 steps).
+POLICY_CHUNKS = 80
+
+
+class ScriptedPlanner:
+    name = "scripted"
+
+    def __init__(self, plan_file: str = "", success_wait: float = 2.0):
+        self.plan = load_plan(plan_file) if plan_file else None
+        self.success_wait = success_wait
+
+    def _step(self, toolkit, tool: str, args: dict):
+        run = toolkit.run
+        if run.turns >= run.max_turns:
+            run.end("max_turns", f"used all {run.max_turns} turns without finishing")
+            raise PlanStepFailed("max turns")
+        run.turns += 1
+        toolkit.listener(kind="turn", text=f"{tool} {json.dumps(args)}")
+        result = toolkit.call(tool, args)
+        if run.finished is not None or run.cancel.is_set():
+            raise PlanStepFailed(tool)
+        if not result.ok:
+            run.end("failure", f"step {run.turns} ({tool}) failed: {result.text}")
+            raise PlanStepFailed(tool)
+        return result
+
+    def run(self, toolkit) -> None:
+        try:
+            if self.plan is not None:
+                for step in self.plan:
+                    self._step(toolkit, step["tool"], step.get("args", {}))
+                toolkit.run.end("failure", "the plan file ended without calling finish")
+            else:
+                self._pick_and_place(toolkit)
+        except PlanStepFailed:
+            pass
+
+    def _pick_and_place(self, toolkit) -> None:
+        run = toolkit.run
+        if "get_object_poses" not in toolkit.tools:
+            run.end("failure", "the scripted heuristic needs the simulator's object poses, "
+                    "which this robot does not offer; give a plan file (plan_file) or use an "
+                    "LLM planner")
+            return
+        start = self._step(toolkit, "observe", {})
+        if "run_policy" in toolkit.tools:
+            # An action model is the first thing to try; the heuristic is the fallback.
+            policy = self._step(toolkit, "run_policy", {"instruction": run.instruction,
+                                                        "max_chunks": POLICY_CHUNKS})
+            if policy.data["task_success"]:
+                self._step(toolkit, "finish", {"status": "success", "summary":
+                           "the action model carried out the task; the task reports success"})
+                return
+            start = self._step(toolkit, "observe", {})
+        poses = self._step(toolkit, "get_object_poses", {}).data["poses"]
+        try:
+            obj, target = objects_in_instruction(run.instruction, poses)
+        except ValueError as err:
+            self._step(toolkit, "finish", {"status": "failure", "summary": str(err)})
+            return
+        # Keep the hand as it starts (pointing down), as the pick-and-place plan expects.
+        rpy = [float(a) for a in quaternion_to_rpy(start.data["orientation"])]
+
+        def move(phase, position, tolerance):
+            r = self._step(toolkit, "move_to", {"x": float(position[0]), "y": float(position[1]),
+                                                "z": float(position[2]), "rpy": rpy,
+                                                "tolerance": float(tolerance)})
+            return np.asarray(r.data["position"])
+
+        def grip(phase, close):
+            self._step(toolkit, "gripper", {"action": "close" if close else "open"})
+            state = toolkit.observer.state()
+            p = state.ee_pose.position
+            return np.array([p.x, p.y, p.z])
+
+        pick_and_place(poses[obj][0], poses[target][0], move, grip)
+        deadline = time.monotonic() + self.success_wait
+        while time.monotonic() < deadline and not self._success(toolkit):
+            time.sleep(0.05)
+        if self._success(toolkit):
+            self._step(toolkit, "finish", {"status": "success", "summary":
+                       f"picked {obj} and placed it on {target}; the task reports success"})
+        else:
+            self._step(toolkit, "finish", {"status": "failure", "summary":
+                       f"picked {obj} and placed it on {target}, but the task does not "
+                       "report success"})
+
+    @staticmethod
+    def _success(toolkit) -> bool:
+        task = toolkit.observer.task()
+        return bool(task is not None and task.success)

@@ -1,0 +1,374 @@
+"""The tools the planner drives the robot with, built from what the robot and model report.
+
+Plain Python over three objects: a :class:`~rpent_contract.client.RobotClient` (every tool
+is one bounded contract call), an observer that holds the newest state and camera frames
+(:mod:`rpent_agent.observer`), and optionally a ``ChunkExecutor`` for the action model.
+Every call returns a :class:`ToolResult` (text, plus the current camera images unless turned
+off); failures (a refused goal, a timeout, a peer that is gone) come back as readable text
+with ``ok=False`` and never raise into the planner's loop.
+"""
+from __future__ import annotations
+
+import json
+import math
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable, Optional
+
+import cv2
+import numpy as np
+from action_msgs.msg import GoalStatus
+
+from rpent_contract.client import ContractTimeout
+from rpent_contract.robot_node import OBJECT_POSES_SERVICE
+
+from .memory import MemoryDir, MemoryRefused
+
+FINISH_STATUSES = ("success", "failure", "stuck")
+
+
+@dataclass
+class ToolResult:
+    text: str
+    ok: bool = True
+    images: list = field(default_factory=list)  # [(camera name, PNG bytes)]
+    data: dict = field(default_factory=dict)  # structured values for scripted planners, never sent
+
+
+@dataclass
+class Tool:
+    name: str
+    description: str
+    parameters: dict  # JSON schema of the arguments
+    handler: Callable[..., ToolResult]
+    images: bool = True  # attach the camera images to the result
+
+
+@dataclass
+class Timeouts:
+    """Seconds each kind of tool waits for the robot before it reports a timeout."""
+    move: float = 60.0
+    gripper: float = 20.0
+    policy: float = 120.0
+    service: float = 10.0
+
+
+@dataclass
+class RunState:
+    """One run_task: budgets, counters and how it ended (``finished``)."""
+    instruction: str
+    max_turns: int
+    max_steps: int
+    turns: int = 0
+    tool_calls: int = 0
+    steps_used: int = 0
+    input_tokens: int = 0
+    output_tokens: int = 0
+    finished: Optional[tuple] = None  # (status, summary)
+    cancel: threading.Event = field(default_factory=threading.Event)
+
+    def end(self, status: str, summary: str) -> None:
+        if self.finished is None:
+            self.finished = (status, summary)
+
+
+def rpy_to_quaternion(roll: float, pitch: float, yaw: float) -> np.ndarray:
+    """Fixed-axis x-y-z (roll about x, then pitch about y, then yaw about z) -> xyzw."""
+    cr, sr = math.cos(roll / 2), math.sin(roll / 2)
+    cp, sp = math.cos(pitch / 2), math.sin(pitch / 2)
+    cy, sy = math.cos(yaw / 2), math.sin(yaw / 2)
+    return np.array([sr * cp * cy - cr * sp * sy, cr * sp * cy + sr * cp * sy,
+                     cr * cp * sy - sr * sp * cy, cr * cp * cy + sr * sp * sy])
+
+
+def quaternion_to_rpy(q) -> np.ndarray:
+    x, y, z, w = q
+    roll = math.atan2(2 * (w * x + y * z), 1 - 2 * (x * x + y * y))
+    pitch = math.asin(max(-1.0, min(1.0, 2 * (w * y - z * x))))
+    yaw = math.atan2(2 * (w * z + x * y), 1 - 2 * (y * y + z * z))
+    return np.array([roll, pitch, yaw])
+
+
+def _fmt(v, digits=3) -> str:
+    return "[" + ", ".join(f"{x:.{digits}f}" for x in v) + "]"
+
+
+def encode_png(rgb: np.ndarray) -> bytes:
+    ok, buf = cv2.imencode(".png", cv2.cvtColor(rgb, cv2.COLOR_RGB2BGR))
+    if not ok:
+        raise RuntimeError("PNG encoding failed")
+    return buf.tobytes()
+
+
+_NUMBER = {"type": "number"}
+
+
+class Toolkit:
+    def __init__(self, robot, info, observer, run: RunState, *, memory: Optional[MemoryDir] = None,
+                 executor=None, model_meta=None, timeouts: Timeouts = Timeouts(),
+                 images: bool = True, listener: Callable[..., None] = lambda **_: None):
+        self.robot, self.info, self.observer, self.run = robot, info, observer, run
+        self.memory, self.executor, self.model_meta = memory, executor, model_meta
+        self.timeouts, self.images, self.listener = timeouts, images, listener
+        self.tools: dict[str, Tool] = {t.name: t for t in self._build()}
+
+    # --- catalogue -----------------------------------------------------------------------
+    def _build(self) -> list[Tool]:
+        info = self.info
+        lo, hi = info.workspace_min, info.workspace_max
+        box = f"x {lo.x:.2f}..{hi.x:.2f}, y {lo.y:.2f}..{hi.y:.2f}, z {lo.z:.2f}..{hi.z:.2f} m"
+        tools = [
+            Tool("observe", "Look at the robot: the camera images and a summary of the state "
+                 "(end-effector pose, gripper width, episode step, task status).",
+                 {"type": "object", "properties": {}}, self._observe),
+            Tool("move_to", f"Move the end effector (the point between the fingertips) in a "
+                 f"straight bounded-speed motion to a position in the {info.base_frame} frame "
+                 f"(workspace: {box}). Give rpy (roll, pitch, yaw in rad, fixed x-y-z axes) to "
+                 "also rotate the hand; without it only the position is controlled. Blocks "
+                 "until reached or refused.",
+                 {"type": "object", "properties": {
+                     "x": _NUMBER, "y": _NUMBER, "z": _NUMBER,
+                     "rpy": {"type": "array", "items": _NUMBER, "minItems": 3, "maxItems": 3},
+                     "tolerance": {"type": "number", "description": "m, default 0.01"}},
+                  "required": ["x", "y", "z"]}, self._move_to),
+            Tool("gripper", f"Open, close or set the gripper to a width in metres "
+                 f"(0 = closed, {info.gripper_max_width:.3f} = open). Reports whether the "
+                 "fingers stalled on an object (holding it).",
+                 {"type": "object", "properties": {
+                     "action": {"type": "string", "enum": ["open", "close", "width"]},
+                     "width": {"type": "number", "description": "m, for action 'width'"}},
+                  "required": ["action"]}, self._gripper),
+            Tool("finish", "End the run: status 'success' when the task is done, 'failure' "
+                 "when it cannot be done, 'stuck' when you cannot make progress; summary says "
+                 "what happened.",
+                 {"type": "object", "properties": {
+                     "status": {"type": "string", "enum": list(FINISH_STATUSES)},
+                     "summary": {"type": "string"}},
+                  "required": ["status", "summary"]}, self._finish, images=False),
+        ]
+        if OBJECT_POSES_SERVICE in info.sim_services:
+            tools.append(Tool(
+                "get_object_poses", "SIMULATION ONLY: ground-truth positions (m) and "
+                f"orientations (quaternion xyzw) of the task's objects in {info.base_frame}.",
+                {"type": "object", "properties": {}}, self._object_poses))
+        if self.executor is not None:
+            meta = self.model_meta
+            tools.append(Tool(
+                "run_policy", f"Let the action model ({meta.backend}) act on a short "
+                f"instruction, e.g. 'pick up the red mug'. It runs up to max_chunks chunks of "
+                f"{meta.chunk_size} steps, stopping early when the task succeeds.",
+                {"type": "object", "properties": {
+                    "instruction": {"type": "string"},
+                    "max_chunks": {"type": "integer", "minimum": 1, "maximum": 200}},
+                 "required": ["instruction", "max_chunks"]}, self._run_policy))
+        if self.memory is not None:
+            tools += [
+                Tool("memory_list", "List the files in your memory folder.",
+                     {"type": "object", "properties": {}}, self._memory_list, images=False),
+                Tool("memory_read", "Read a file from your memory folder.",
+                     {"type": "object", "properties": {"path": {"type": "string"}},
+                      "required": ["path"]}, self._memory_read, images=False),
+                Tool("memory_write", "Write (replace) a text file in your memory folder.",
+                     {"type": "object", "properties": {"path": {"type": "string"},
+                                                       "content": {"type": "string"}},
+                      "required": ["path", "content"]}, self._memory_write, images=False),
+            ]
+        return tools
+
+    # --- dispatch ------------------------------------------------------------------------
+    def call(self, name: str, arguments: Optional[dict] = None) -> ToolResult:
+        """Run one tool; never raises."""
+        arguments = dict(arguments or {})
+        run = self.run
+        self.listener(kind="tool_call", tool_name=name, arguments=arguments)
+        start = time.monotonic()
+        tool = self.tools.get(name)
+        if run.finished is not None:
+            result = ToolResult(f"the run has already ended ({run.finished[0]}); no more tools "
+                                "can be called", ok=False)
+        elif run.cancel.is_set():
+            result = ToolResult("the run was canceled; stop calling tools", ok=False)
+        elif tool is None:
+            result = ToolResult(f"unknown tool '{name}'; available: {', '.join(self.tools)}",
+                                ok=False)
+        else:
+            run.tool_calls += 1
+            result = self._invoke(tool, arguments)
+            if run.max_steps and run.steps_used >= run.max_steps and run.finished is None:
+                run.end("max_turns", f"episode step budget of {run.max_steps} steps used "
+                        f"({run.steps_used} steps)")
+                result.text += (f"\nThe episode step budget ({run.max_steps}) is used up; "
+                                "the run ends here.")
+            if tool.images and self.images:
+                result.images = self._camera_pngs()
+        duration = time.monotonic() - start
+        self.listener(kind="tool_result", tool_name=name, text=result.text, ok=result.ok,
+                      duration=duration, images=len(result.images))
+        return result
+
+    def _invoke(self, tool: Tool, arguments: dict) -> ToolResult:
+        try:
+            return tool.handler(**arguments)
+        except TypeError as err:
+            return ToolResult(f"{tool.name}: bad arguments {json.dumps(arguments)} ({err}); "
+                              f"expected {json.dumps(tool.parameters['properties'])}", ok=False)
+        except (MemoryRefused, ValueError) as err:
+            return ToolResult(f"{tool.name} refused: {err}", ok=False)
+        except ContractTimeout as err:
+            stopped = self._stop_robot()
+            return ToolResult(f"{tool.name} timed out: {err}. {stopped}", ok=False)
+        except Exception as err:  # noqa: BLE001 - a dead peer or broken driver is reported
+            return ToolResult(f"{tool.name} failed: {type(err).__name__}: {err}. Check the robot "
+                              "with observe before trying again.", ok=False)
+
+    def _stop_robot(self) -> str:
+        try:
+            self.robot.stop(timeout=self.timeouts.service)
+            return "The robot was told to stop; observe before the next motion."
+        except Exception as err:  # noqa: BLE001
+            return f"Stopping the robot failed too ({err}); the robot may be unreachable."
+
+    def _camera_pngs(self) -> list:
+        return [(name, encode_png(rgb)) for name, rgb in self.observer.frames().items()]
+
+    def _steps_left(self) -> int:
+        return max(0, self.run.max_steps - self.run.steps_used) if self.run.max_steps else 0
+
+    def _count_steps(self, steps: int) -> None:
+        self.run.steps_used += int(steps)
+
+    # --- tools ---------------------------------------------------------------------------
+    def state_summary(self) -> str:
+        state, task = self.observer.state(), self.observer.task()
+        lines = [f"task: {self.run.instruction}"]
+        if task is not None:
+            cap = f"/{task.max_steps}" if task.max_steps else ""
+            done = "; episode done" if task.done else ""
+            lines.append(f"episode step {task.step}{cap}; task success: "
+                         f"{'yes' if task.success else 'no'}{done}")
+        if state is not None:
+            p, q = state.ee_pose.position, state.ee_pose.orientation
+            mode = {0: "idle", 1: "moving", 2: "stopped", 3: "error"}.get(state.mode, "?")
+            lines.append(f"end effector: position {_fmt([p.x, p.y, p.z])} m, rpy "
+                         f"{_fmt(quaternion_to_rpy([q.x, q.y, q.z, q.w]), 2)} rad "
+                         f"({self.info.base_frame}); gripper {state.gripper_width:.3f} m; "
+                         f"mode {mode}")
+            if state.errors:
+                lines.append("faults: " + "; ".join(state.errors))
+        if self.run.max_steps:
+            lines.append(f"agent step budget left: {self._steps_left()}")
+        return "\n".join(lines)
+
+    def _pose_data(self) -> dict:
+        state = self.observer.state()
+        if state is None:
+            return {}
+        p, q = state.ee_pose.position, state.ee_pose.orientation
+        return {"position": [p.x, p.y, p.z], "orientation": [q.x, q.y, q.z, q.w],
+                "gripper_width": state.gripper_width}
+
+    def _observe(self) -> ToolResult:
+        return ToolResult(self.state_summary(), data=self._pose_data())
+
+    def _move_to(self, x, y, z, rpy=None, tolerance=None) -> ToolResult:
+        options = {}
+        if tolerance is not None:
+            options["position_tolerance"] = float(tolerance)
+        orientation = None
+        if rpy is not None:
+            if len(rpy) != 3:
+                raise ValueError("rpy must be 3 numbers (roll, pitch, yaw in rad)")
+            orientation = rpy_to_quaternion(*map(float, rpy))
+            options["orientation_tolerance"] = 0.1
+        status, result = self.robot.move_to([float(x), float(y), float(z)], orientation,
+                                            timeout=self.timeouts.move, **options)
+        self._count_steps(result.steps)
+        fp = result.final_pose
+        where = (f"hand at {_fmt([fp.position.x, fp.position.y, fp.position.z])} m, position "
+                 f"error {result.position_error * 1000:.1f} mm, {result.steps} steps")
+        data = {"position": [fp.position.x, fp.position.y, fp.position.z],
+                "orientation": [fp.orientation.x, fp.orientation.y, fp.orientation.z,
+                                fp.orientation.w], "reached": result.reached}
+        if status == GoalStatus.STATUS_SUCCEEDED and result.reached:
+            return ToolResult(f"reached the target; {where}", data=data)
+        if status == GoalStatus.STATUS_ABORTED and result.steps == 0:
+            return ToolResult(f"move_to refused by the robot: {result.message}. Choose a target "
+                              "inside the workspace and limits.", ok=False, data=data)
+        return ToolResult(f"move_to did not reach the target ({_status(status)}): "
+                          f"{result.message}; {where}", ok=False, data=data)
+
+    def _gripper(self, action, width=None) -> ToolResult:
+        if action == "open":
+            target = self.info.gripper_max_width
+        elif action == "close":
+            target = 0.0
+        elif action == "width":
+            if width is None:
+                raise ValueError("action 'width' needs width in metres")
+            target = float(width)
+        else:
+            raise ValueError(f"action must be open, close or width, not '{action}'")
+        status, result = self.robot.gripper(target, timeout=self.timeouts.gripper)
+        data = {"position": result.position, "stalled": result.stalled}
+        if status != GoalStatus.STATUS_SUCCEEDED:
+            return ToolResult(f"gripper command failed ({_status(status)}): {result.message}",
+                              ok=False, data=data)
+        held = ("; the fingers stalled on something (holding an object)" if result.stalled
+                else "")
+        return ToolResult(f"gripper at {result.position:.3f} m (target {target:.3f}){held}",
+                          data=data)
+
+    def _object_poses(self) -> ToolResult:
+        poses = self.robot.object_poses(timeout=self.timeouts.service)
+        lines = [f"{name}: position {_fmt(p)} m, orientation {_fmt(q)}"
+                 for name, (p, q) in poses.items()]
+        return ToolResult("\n".join(lines) or "the simulator reports no objects",
+                          data={"poses": poses})
+
+    def _run_policy(self, instruction, max_chunks) -> ToolResult:
+        steps = self._steps_left() if self.run.max_steps else 10_000
+        if steps <= 0:
+            return ToolResult("no episode steps left for the policy", ok=False)
+        report = self.executor.run(str(instruction), max_steps=steps, max_chunks=int(max_chunks),
+                                   timeout=self.timeouts.policy)
+        self._count_steps(report.steps_executed)
+        text = (f"policy ended: {report.outcome} ({report.message}); {report.steps_executed} "
+                f"steps from {report.chunks_executed}/{report.chunks_received} chunks; task "
+                f"success: {'yes' if report.task_success else 'no'}")
+        ok = report.outcome in ("task_success", "chunks_done", "max_steps")
+        return ToolResult(text, ok=ok, data={"outcome": report.outcome,
+                                             "task_success": report.task_success})
+
+    def _finish(self, status, summary) -> ToolResult:
+        if status not in FINISH_STATUSES:
+            raise ValueError(f"status must be one of {', '.join(FINISH_STATUSES)}")
+        self.run.end(status, str(summary))
+        return ToolResult(f"run finished: {status}")
+
+    def _memory_list(self) -> ToolResult:
+        files = self.memory.list()
+        return ToolResult("\n".join(files) if files else "the memory folder is empty")
+
+    def _memory_read(self, path) -> ToolResult:
+        return ToolResult(self.memory.read(str(path)))
+
+    def _memory_write(self, path, content) -> ToolResult:
+        n = self.memory.write(str(path), str(content))
+        return ToolResult(f"wrote {n} bytes to {path}")
+
+    def cancel(self) -> None:
+        """Stop the run: no more tools, the policy and the robot stop."""
+        self.run.cancel.set()
+        if self.executor is not None:
+            self.executor.cancel()
+        self._stop_robot()
+
+    def describe(self) -> list[dict[str, Any]]:
+        return [{"name": t.name, "description": t.description, "parameters": t.parameters}
+                for t in self.tools.values()]
+
+
+def _status(status: int) -> str:
+    return {GoalStatus.STATUS_ABORTED: "aborted", GoalStatus.STATUS_CANCELED: "canceled",
+            GoalStatus.STATUS_SUCCEEDED: "succeeded"}.get(status, f"status {status}")

@@ -1,0 +1,60 @@
+"""The episode video: one frame per executed control step, all cameras side by side.
+
+Frames are taken from the camera topics when the robot's episode step advances, so the
+video shows the motion at the control rate and skips the time the planner spends thinking.
+"""
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+from typing import Optional
+
+import cv2
+import numpy as np
+
+
+class EpisodeVideo:
+    def __init__(self, fps: float, max_frames: int = 20_000):
+        self.fps = fps
+        self.max_frames = max_frames
+        self._frames: list[np.ndarray] = []
+        self._last_step: Optional[int] = None
+        self._lock = threading.Lock()
+        self.dropped = 0
+
+    def offer(self, step: int, images: dict) -> None:
+        """Record ``images`` (camera -> RGB array) if the episode advanced to ``step``."""
+        if not images or step == self._last_step:
+            return
+        with self._lock:
+            self._last_step = step
+            if len(self._frames) >= self.max_frames:
+                self.dropped += 1
+                return
+            height = max(im.shape[0] for im in images.values())
+            tiles = [im if im.shape[0] == height else cv2.resize(
+                im, (int(im.shape[1] * height / im.shape[0]), height)) for im in images.values()]
+            self._frames.append(np.concatenate(tiles, axis=1))
+
+    def __len__(self) -> int:
+        return len(self._frames)
+
+    def write(self, path) -> Optional[Path]:
+        """Write an MP4 (mp4v); None when no frame was recorded."""
+        with self._lock:
+            frames, self._frames = self._frames, []
+        if not frames:
+            return None
+        path = Path(path)
+        h, w = frames[0].shape[:2]
+        writer = cv2.VideoWriter(str(path), cv2.VideoWriter_fourcc(*"mp4v"), self.fps, (w, h))
+        if not writer.isOpened():
+            raise RuntimeError(f"OpenCV cannot write {path}; check the folder is writable")
+        try:
+            for frame in frames:
+                if frame.shape[:2] != (h, w):
+                    frame = cv2.resize(frame, (w, h))
+                writer.write(cv2.cvtColor(frame, cv2.COLOR_RGB2BGR))
+        finally:
+            writer.release()
+        return path

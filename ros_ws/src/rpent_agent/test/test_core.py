@@ -1,0 +1,148 @@
+"""Plain-Python parts of the agent: memory confinement, history image pruning, transient
+retries, planner selection, plan files, transcript and video files."""
+from __future__ import annotations
+
+import json
+
+import cv2
+import numpy as np
+import pytest
+from pydantic_ai import Agent, BinaryContent
+from pydantic_ai.exceptions import ModelHTTPError
+from pydantic_ai.messages import ModelResponse, TextPart, ToolCallPart
+from pydantic_ai.models.function import FunctionModel
+
+from rpent_agent.memory import MemoryDir, MemoryRefused
+from rpent_agent.planners import PlannerConfigError, choose
+from rpent_agent.planners.api import RetryingModel, messages_json, prune_images
+from rpent_agent.planners.scripted import load_plan
+from rpent_agent.toolkit import quaternion_to_rpy, rpy_to_quaternion
+from rpent_agent.transcript import Transcript
+from rpent_agent.video import EpisodeVideo
+
+
+def test_memory_reads_writes_and_lists_inside_its_folder(tmp_path):
+    memory = MemoryDir(tmp_path / "mem")
+    assert memory.list() == []
+    memory.write("notes.md", "soup is left")
+    memory.write("objects/basket.md", "basket at y=0.2")
+    assert memory.list() == ["notes.md", "objects/basket.md"]
+    assert memory.read("objects/basket.md") == "basket at y=0.2"
+
+
+@pytest.mark.parametrize("path", ["../escape.txt", "/etc/passwd", "a/../../b", ""])
+def test_memory_refuses_paths_that_leave_the_folder(tmp_path, path):
+    memory = MemoryDir(tmp_path / "mem")
+    with pytest.raises(MemoryRefused):
+        memory.write(path, "x")
+    assert not (tmp_path / "escape.txt").exists()
+
+
+def test_memory_refuses_a_symlink_pointing_out(tmp_path):
+    (tmp_path / "mem").mkdir()
+    (tmp_path / "secret").write_text("s")
+    (tmp_path / "mem" / "link").symlink_to(tmp_path / "secret")
+    with pytest.raises(MemoryRefused):
+        MemoryDir(tmp_path / "mem").read("link")
+
+
+def _png(value):
+    return BinaryContent(cv2.imencode(".png", np.full((4, 4, 3), value, np.uint8))[1].tobytes(),
+                         media_type="image/png")
+
+
+def test_history_keeps_only_the_newest_images():
+    """A model that looks 5 times sees the last 2 images; older ones are placeholders."""
+    seen = []
+
+    def model(messages, info):
+        pruned = prune_images(messages, 2)
+        seen.append(sum(isinstance(c, BinaryContent) for m in pruned for p in m.parts
+                        for c in (p.content if isinstance(getattr(p, "content", None), list)
+                                  else [])))
+        if len(seen) <= 5:
+            return ModelResponse(parts=[ToolCallPart("look", {})])
+        return ModelResponse(parts=[TextPart("done")])
+
+    agent = Agent(FunctionModel(model))
+
+    @agent.tool_plain
+    def look() -> list:
+        return ["frame", _png(len(seen))]
+
+    result = agent.run_sync("go")
+    assert seen == [0, 1, 2, 2, 2, 2]
+    dumped = json.dumps(messages_json(result.all_messages()))
+    assert "earlier turn omitted" in dumped and "base64" not in dumped
+
+
+def test_transient_model_errors_are_retried_and_others_are_not():
+    calls = []
+
+    def flaky(messages, info):
+        calls.append(1)
+        if len(calls) == 1:
+            raise ModelHTTPError(503, "flaky", "overloaded")
+        return ModelResponse(parts=[TextPart("ok")])
+
+    model = RetryingModel(FunctionModel(flaky), retries=2, backoff=0.01)
+    assert Agent(model).run_sync("hi").output == "ok" and model.retried == 1
+
+    def broken(messages, info):
+        raise ModelHTTPError(401, "broken", "bad key")
+
+    with pytest.raises(ModelHTTPError):
+        Agent(RetryingModel(FunctionModel(broken), retries=2, backoff=0.01)).run_sync("hi")
+
+
+def test_planner_selection_defaults_to_scripted_without_a_usable_model(monkeypatch):
+    monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)
+    planner, why = choose("auto", "anthropic:claude-sonnet-4-5")
+    assert planner == "scripted" and "ANTHROPIC_API_KEY" in why
+    assert choose("auto", "")[0] == "scripted"
+    with pytest.raises(PlannerConfigError, match="ANTHROPIC_API_KEY"):
+        choose("api", "anthropic:claude-sonnet-4-5")
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-test")
+    assert choose("auto", "anthropic:claude-sonnet-4-5")[0] == "api"
+    # An OpenAI-compatible local server needs no key.
+    assert choose("auto", "openai:qwen3", base_url="http://127.0.0.1:11434/v1")[0] == "api"
+
+
+def test_plan_files_are_validated(tmp_path):
+    good = tmp_path / "plan.yaml"
+    good.write_text("- tool: gripper\n  args: {action: open}\n- tool: finish\n"
+                    "  args: {status: success, summary: done}\n")
+    assert [s["tool"] for s in load_plan(good)] == ["gripper", "finish"]
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("tool: gripper\n")
+    with pytest.raises(PlannerConfigError, match="list of"):
+        load_plan(bad)
+    with pytest.raises(PlannerConfigError, match="not found"):
+        load_plan(tmp_path / "missing.yaml")
+
+
+def test_rpy_round_trips():
+    for rpy in ([np.pi, 0.0, 0.5], [0.1, -0.3, 2.0]):
+        q = rpy_to_quaternion(*rpy)
+        assert np.allclose(rpy_to_quaternion(*quaternion_to_rpy(q)), q) or \
+            np.allclose(rpy_to_quaternion(*quaternion_to_rpy(q)), -q)
+
+
+def test_transcript_and_video_files(tmp_path):
+    transcript = Transcript(tmp_path / "transcript.json", "r1", {"instruction": "x"})
+    transcript.event(kind="tool_call", tool="observe", png=b"\x89PNG")
+    path = transcript.finish({"status": "success"})
+    doc = json.loads(path.read_text())
+    assert doc["events"][0]["tool"] == "observe" and doc["result"]["status"] == "success"
+
+    video = EpisodeVideo(fps=20)
+    frame = {"a": np.zeros((32, 32, 3), np.uint8), "b": np.full((16, 16, 3), 255, np.uint8)}
+    for step in (1, 1, 2, 3):  # a repeated step (robot idle) adds no frame
+        video.offer(step, frame)
+    assert len(video) == 3
+    out = video.write(tmp_path / "episode.mp4")
+    cap = cv2.VideoCapture(str(out))
+    assert int(cap.get(cv2.CAP_PROP_FRAME_COUNT)) == 3
+    assert int(cap.get(cv2.CAP_PROP_FRAME_WIDTH)) == 64  # cameras side by side
+    cap.release()
+    assert EpisodeVideo(fps=20).write(tmp_path / "none.mp4") is None

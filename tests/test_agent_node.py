@@ -1,0 +1,202 @@
+"""The agent node end to end: real LIBERO node, agent node processes, run_task over DDS,
+an MCP client over streamable HTTP on loopback."""
+from __future__ import annotations
+
+import asyncio
+import json
+import socket
+import time
+from pathlib import Path
+
+import cv2
+import pytest
+from action_msgs.msg import GoalStatus
+from mcp import Client, types
+from rclpy.action import ActionClient
+
+from rpent_contract.client import RobotClient, wait_future
+from rpent_contract.processes import wait_until
+from rpent_interfaces.action import RunTask
+from rpent_interfaces.msg import AgentEvent, RobotState
+
+SOUP = "pick the alphabet soup and place it in the basket"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def robot(rclpy_context, node_factory):
+    proc = node_factory("rpent_env_sim", "libero_node",
+                        {"suite": "libero_object", "task_id": 0}, name="agent_node_robot")
+    client = RobotClient()
+    client.wait_ready(180)
+    states = []
+    client.node.create_subscription(RobotState, "robot_state", states.append, 10)
+    yield client, states
+    client.close()
+    assert proc.alive(), proc.log_tail()
+
+
+class Agent:
+    """An agent node process and a run_task client for it."""
+
+    def __init__(self, node_factory, client, tmp_path, name, **parameters):
+        self.out = tmp_path / name
+        self.proc = node_factory("rpent_agent", "agent_node",
+                                 {"output_dir": str(self.out), **parameters}, name=name,
+                                 remaps={"__node": name})
+        self.action = ActionClient(client.node, RunTask, f"/{name}/run_task")
+        self.events, self.feedback = [], []
+        client.node.create_subscription(AgentEvent, f"/{name}/events", self.events.append, 50)
+        if not self.action.wait_for_server(timeout_sec=120):
+            pytest.fail(f"agent node {name} did not come up:\n{self.proc.log_tail()}")
+
+    def send(self, instruction, **fields):
+        goal = RunTask.Goal(instruction=instruction, **fields)
+        handle = wait_future(self.action.send_goal_async(
+            goal, feedback_callback=lambda fb: self.feedback.append(fb.feedback)), 10, "goal")
+        assert handle.accepted
+        return handle
+
+    @staticmethod
+    def result(handle, timeout):
+        response = wait_future(handle.get_result_async(), timeout, "run_task result")
+        return response.status, response.result
+
+
+@pytest.fixture(scope="module")
+def scripted_agent(robot, node_factory, tmp_path_factory):
+    client, _ = robot
+    return Agent(node_factory, client, tmp_path_factory.mktemp("agent"), "agent_scripted",
+                 planner="scripted", reset_episode=True)
+
+
+@pytest.mark.slow
+def test_scripted_planner_reaches_native_success_through_run_task(scripted_agent):
+    agent = scripted_agent
+    status, result = agent.result(agent.send(SOUP), 300)
+    assert status == GoalStatus.STATUS_SUCCEEDED
+    assert result.status == RunTask.Result.STATUS_SUCCESS, result.summary
+    assert result.task_success, "the simulator's own success check must agree"
+    assert result.tool_calls == result.turns == 11  # observe, poses, 6 moves, 2 grips, finish
+    run_dir = Path(result.run_dir)
+    transcript = json.loads(Path(result.transcript_path).read_text())
+    assert transcript["instruction"] == SOUP and transcript["result"]["status"] == "success"
+    calls = [e["tool"] for e in transcript["events"] if e["kind"] == "tool_call"]
+    assert calls[:3] == ["observe", "get_object_poses", "move_to"] and calls[-1] == "finish"
+    assert all("duration" in e for e in transcript["events"])
+    assert json.loads((run_dir / "result.json").read_text())["task_success"] is True
+    video = cv2.VideoCapture(str(run_dir / "episode.mp4"))
+    frames = int(video.get(cv2.CAP_PROP_FRAME_COUNT))
+    video.release()
+    assert frames > 100, "one frame per executed control step"
+    wait_until(lambda: any(e.kind == AgentEvent.KIND_FINISH for e in agent.events), 5,
+               what="the finish event")
+    kinds = {e.kind for e in agent.events}
+    assert {AgentEvent.KIND_TOOL_CALL, AgentEvent.KIND_TOOL_RESULT} <= kinds
+    move = next(e for e in agent.events if e.kind == AgentEvent.KIND_TOOL_CALL
+                and e.tool_name == "move_to")
+    assert set(json.loads(move.arguments_json)) >= {"x", "y", "z", "rpy"}
+    assert [f.turn for f in agent.feedback][:3] == [1, 2, 3]
+
+
+@pytest.mark.slow
+def test_canceling_run_task_stops_the_arm(scripted_agent, robot):
+    _, states = robot
+    agent = scripted_agent
+    agent.feedback.clear()
+    handle = agent.send(SOUP)
+    states.clear()  # from here on only this run's states
+    wait_until(lambda: states and states[-1].active_goal == "move_to"
+               and states[-1].episode_step > 3, 60, what="the arm moving")
+    t0 = time.monotonic()
+    wait_future(handle.cancel_goal_async(), 10, "cancel")
+    status, result = agent.result(handle, 30)
+    assert status == GoalStatus.STATUS_CANCELED
+    assert result.status == RunTask.Result.STATUS_CANCELED and not result.task_success
+    wait_until(lambda: states[-1].mode != RobotState.MODE_MOVING, 5, what="the arm stopping")
+    assert time.monotonic() - t0 < 10
+    time.sleep(0.2)  # the contract allows the step in flight to complete
+    step = states[-1].episode_step
+    time.sleep(0.5)
+    assert states[-1].episode_step == step, [(m.mode, m.episode_step, m.active_goal)
+                                             for m in states[-40:]]
+
+
+@pytest.mark.slow
+def test_an_mcp_client_lists_and_calls_the_tools(robot, node_factory, tmp_path):
+    client, _ = robot
+    port = free_port()
+    agent = Agent(node_factory, client, tmp_path, "agent_mcp", planner="mcp", mcp_port=port,
+                  max_turns=10)
+    url = f"http://127.0.0.1:{port}/mcp"
+
+    async def before_run():
+        async with Client(url) as mcp:
+            names = [t.name for t in (await mcp.list_tools()).tools]
+            idle = await mcp.call_tool("observe", {})
+            return names, idle
+
+    names, idle = asyncio.run(asyncio.wait_for(before_run(), 30))
+    assert {"observe", "move_to", "gripper", "get_object_poses", "finish", "memory_read",
+            "memory_write", "memory_list"} <= set(names)
+    assert idle.is_error and "no task is running" in idle.content[0].text
+
+    handle = agent.send(SOUP)
+
+    async def drive():
+        async with Client(url) as mcp:
+            seen = await mcp.call_tool("observe", {})
+            escape = await mcp.call_tool("memory_write", {"path": "../x.md", "content": "x"})
+            moved = await mcp.call_tool("move_to", {"x": 0.4, "y": 0.0, "z": 3.0})
+            done = await mcp.call_tool("finish", {"status": "stuck", "summary": "over MCP"})
+            after = await mcp.call_tool("observe", {})
+            return seen, escape, moved, done, after
+
+    seen, escape, moved, done, after = asyncio.run(asyncio.wait_for(drive(), 60))
+    assert not seen.is_error and SOUP in seen.content[0].text
+    images = [c for c in seen.content if isinstance(c, types.ImageContent)]
+    assert len(images) == 2 and all(i.mime_type == "image/png" for i in images)
+    assert escape.is_error and "outside the memory folder" in escape.content[0].text
+    assert moved.is_error and "refused" in moved.content[0].text
+    assert not done.is_error and after.is_error
+    status, result = agent.result(handle, 30)
+    assert result.status == RunTask.Result.STATUS_STUCK and result.summary == "over MCP"
+    assert result.turns == 4
+
+
+@pytest.mark.slow
+def test_startup_instruction_runs_once_and_exits(robot, node_factory, tmp_path):
+    plan = tmp_path / "plan.yaml"
+    plan.write_text("- tool: gripper\n  args: {action: open}\n"
+                    "- tool: finish\n  args: {status: success, summary: opened}\n")
+    proc = node_factory("rpent_agent", "agent_node",
+                        {"planner": "scripted", "plan_file": str(plan), "instruction": "open",
+                         "output_dir": str(tmp_path / "runs"), "video": False},
+                        name="agent_once", remaps={"__node": "agent_once"})
+    wait_until(lambda: not proc.alive(), 120, what="the agent exiting after its run")
+    assert proc.proc.returncode == 0, proc.log_tail()
+    (result,) = (tmp_path / "runs").glob("*/result.json")
+    assert json.loads(result.read_text())["summary"] == "opened"
+
+
+@pytest.mark.slow
+def test_api_planner_reports_an_unreachable_openai_compatible_server(robot, node_factory,
+                                                                    tmp_path):
+    """No LLM answers here: the run ends in a readable error, and the node keeps serving."""
+    client, _ = robot
+    agent = Agent(node_factory, client, tmp_path, "agent_api", planner="api",
+                  model="openai:qwen3", base_url=f"http://127.0.0.1:{free_port()}/v1",
+                  model_retries=1, images=False)
+    status, result = agent.result(agent.send("open the gripper"), 120)
+    assert status == GoalStatus.STATUS_ABORTED
+    assert result.status == RunTask.Result.STATUS_ERROR
+    assert "model call failed" in result.summary and "base URL" in result.summary, result.summary
+    assert Path(result.transcript_path).is_file()
+    wait_until(lambda: any(e.kind == AgentEvent.KIND_ERROR for e in agent.events), 5,
+               what="the error event")
+    assert agent.proc.alive(), agent.proc.log_tail()

@@ -1,0 +1,191 @@
+"""The agent's toolkit and LLM loop against the real LIBERO node (and action-model node).
+
+The LLM is a pydantic-ai FunctionModel: a script that calls tools and checks what comes
+back (text and camera images) exactly as a real model would receive it, with no network.
+"""
+from __future__ import annotations
+
+import pytest
+from pydantic_ai import BinaryContent
+from pydantic_ai.exceptions import ModelHTTPError
+from pydantic_ai.messages import ModelResponse, TextPart, ToolCallPart, ToolReturnPart
+from pydantic_ai.models.function import FunctionModel
+
+from rpent_agent.memory import MemoryDir
+from rpent_agent.observer import RobotObserver
+from rpent_agent.planners.api import ApiPlanner
+from rpent_agent.toolkit import RunState, Timeouts, Toolkit
+from rpent_contract.client import RobotClient
+from rpent_contract.processes import wait_until
+from rpent_interfaces.msg import RobotState
+
+SOUP = "pick the alphabet soup and place it in the basket"
+
+
+@pytest.fixture(scope="module")
+def robot(rclpy_context, node_factory):
+    proc = node_factory("rpent_env_sim", "libero_node",
+                        {"suite": "libero_object", "task_id": 0}, name="agent_tk_robot")
+    client = RobotClient()
+    info = client.wait_ready(180)
+    observer = RobotObserver(client.node, info.camera_names)
+    observer.wait_ready(20)
+    yield client, info, observer, proc
+    client.close()
+    assert proc.alive(), proc.log_tail()
+
+
+def make_toolkit(robot, tmp_path, max_turns=10, timeouts=Timeouts(), **kwargs):
+    client, info, observer, _ = robot
+    events = []
+    toolkit = Toolkit(client, info, observer, RunState(SOUP, max_turns, 0),
+                      memory=MemoryDir(tmp_path / "memory"), timeouts=timeouts,
+                      listener=lambda **e: events.append(e), **kwargs)
+    return toolkit, events
+
+
+def returns(messages):
+    """The tool returns in the newest request: name -> content list."""
+    return {p.tool_name: p.content for p in messages[-1].parts if isinstance(p, ToolReturnPart)}
+
+
+def images_in(messages) -> int:
+    return sum(isinstance(c, BinaryContent) for m in messages for p in m.parts
+               for c in (p.content if isinstance(getattr(p, "content", None), list) else []))
+
+
+def scripted_model(script, image_counts=None):
+    """FunctionModel that plays ``script``: one callable per turn, given the last returns."""
+    seen = []
+
+    def model(messages, info):
+        turn = len(seen)
+        seen.append(returns(messages))
+        if image_counts is not None:
+            image_counts.append(images_in(messages))
+        step = script[min(turn, len(script) - 1)]
+        return ModelResponse(parts=step(seen[-1]))
+    return FunctionModel(model), seen
+
+
+def test_model_calls_tools_and_receives_text_and_images(robot, tmp_path):
+    toolkit, events = make_toolkit(robot, tmp_path)
+    image_counts = []
+    model, seen = scripted_model([
+        lambda r: [TextPart("Let me look."), ToolCallPart("observe", {})],
+        lambda r: [ToolCallPart("memory_write", {"path": "../../outside.md", "content": "x"})],
+        lambda r: [ToolCallPart("gripper", {"action": "open"})],
+        lambda r: [ToolCallPart("finish", {"status": "failure", "summary": "just looking"})],
+    ], image_counts)
+    ApiPlanner(model, max_history_images=3).run(toolkit)
+
+    assert toolkit.run.finished == ("failure", "just looking"), toolkit.run.finished
+    assert toolkit.run.turns == 4 and toolkit.run.tool_calls == 5  # + the opening observe
+    assert toolkit.run.input_tokens > 0 and toolkit.run.output_tokens > 0
+    observed = seen[1]["observe"]
+    assert "alphabet soup" in observed[0] and "end effector: position" in observed[0]
+    images = [c for c in observed if isinstance(c, BinaryContent)]
+    assert len(images) == 2 and all(i.media_type == "image/png" and i.data[:4] == b"\x89PNG"
+                                    for i in images)
+    assert seen[2]["memory_write"][0].startswith("ERROR: memory_write refused")
+    assert not (tmp_path / "outside.md").exists()
+    assert "gripper at 0.0" in seen[3]["gripper"][0]
+    kinds = [e["kind"] for e in events]
+    assert kinds.count("tool_call") == 5 and kinds.count("tool_result") == 5
+    assert {"kind": "reasoning", "text": "Let me look."} in events
+    # Every result brings 2 images; the history the model sees keeps only the newest 3.
+    assert image_counts == [2, 3, 3, 3]
+
+
+def test_refused_motion_comes_back_to_the_model_as_text(robot, tmp_path):
+    toolkit, _ = make_toolkit(robot, tmp_path)
+    model, seen = scripted_model([
+        lambda r: [ToolCallPart("move_to", {"x": 0.4, "y": 0.0, "z": 2.5})],
+        lambda r: [ToolCallPart("finish", {"status": "stuck", "summary": "refused"})],
+    ])
+    ApiPlanner(model).run(toolkit)
+    text = seen[1]["move_to"][0]
+    assert text.startswith("ERROR: move_to refused by the robot") and "workspace" in text, text
+    assert toolkit.run.finished[0] == "stuck"
+
+
+def test_max_turns_ends_a_model_that_never_finishes(robot, tmp_path):
+    toolkit, _ = make_toolkit(robot, tmp_path, max_turns=3, images=False)
+    model, seen = scripted_model([
+        lambda r: [TextPart("thinking only")],  # no tool: the planner asks it to continue
+        lambda r: [ToolCallPart("observe", {})],
+    ])
+    ApiPlanner(model).run(toolkit)
+    assert toolkit.run.finished[0] == "max_turns", toolkit.run.finished
+    assert toolkit.run.turns == 3 and len(seen) == 3
+    assert not any(isinstance(c, BinaryContent) for c in seen[2]["observe"])  # images off
+
+
+def test_tool_timeout_is_reported_and_the_robot_stopped(robot, tmp_path):
+    client, info, observer, _ = robot
+    client.reset()
+    toolkit, _ = make_toolkit(robot, tmp_path, timeouts=Timeouts(move=0.3))
+    model, seen = scripted_model([
+        lambda r: [ToolCallPart("move_to", {"x": 0.6, "y": 0.3, "z": 0.5})],
+        lambda r: [ToolCallPart("finish", {"status": "stuck", "summary": "too slow"})],
+    ])
+    ApiPlanner(model).run(toolkit)
+    text = seen[1]["move_to"][0]
+    assert "move_to timed out" in text and "told to stop" in text, text
+    assert toolkit.run.finished == ("stuck", "too slow")
+    wait_until(lambda: observer.state().mode != RobotState.MODE_MOVING, 5,
+               what="the robot stopping after the timeout")
+    step = observer.state().episode_step
+    wait_until(lambda: observer.state().episode_step == step, 2, what="no further steps")
+
+
+def test_a_dead_peer_comes_back_as_text(robot, tmp_path):
+    """A robot that is gone (here: a namespace nobody serves) yields a readable result."""
+    _client, info, observer, _ = robot
+    ghost = RobotClient(namespace="no_robot_here")
+    try:
+        toolkit = Toolkit(ghost, info, observer, RunState(SOUP, 5, 0),
+                          timeouts=Timeouts(service=0.3), images=False)
+        result = toolkit.call("get_object_poses")
+    finally:
+        ghost.close()
+    assert not result.ok
+    assert "get_object_poses timed out" in result.text and "not available" in result.text
+    assert "the robot may be unreachable" in result.text
+
+
+def test_model_errors_end_the_run_with_a_readable_error(robot, tmp_path):
+    toolkit, _ = make_toolkit(robot, tmp_path, images=False)
+
+    def broken(messages, info):
+        raise ModelHTTPError(401, "function", "invalid x-api-key")
+
+    ApiPlanner(FunctionModel(broken)).run(toolkit)
+    status, summary = toolkit.run.finished
+    assert status == "error" and "401" in summary and "API key" in summary, summary
+
+
+@pytest.mark.slow
+def test_run_policy_goes_through_the_chunk_executor(robot, node_factory, tmp_path):
+    from rpent_am.chunk_executor import ChunkExecutor
+    from rpent_am.client import ActionModelClient
+
+    client, info, _observer, _ = robot
+    client.reset()
+    am = node_factory("rpent_am", "am_node", {"backend": "scripted"}, name="agent_tk_am")
+    model_client = ActionModelClient(client.node)
+    try:
+        meta = model_client.connect(info, timeout=60)
+    except Exception:
+        pytest.fail(f"action-model node did not come up:\n{am.log_tail()}")
+    toolkit, _ = make_toolkit(robot, tmp_path, executor=ChunkExecutor(client, model_client),
+                              model_meta=meta, images=False)
+    assert "run_policy" in toolkit.tools and "scripted" in toolkit.tools["run_policy"].description
+    model, seen = scripted_model([
+        lambda r: [ToolCallPart("run_policy", {"instruction": SOUP, "max_chunks": 3})],
+        lambda r: [ToolCallPart("finish", {"status": "failure", "summary": "partial"})],
+    ])
+    ApiPlanner(model).run(toolkit)
+    text = seen[1]["run_policy"][0]
+    assert text.startswith("policy ended: chunks_done"), text
+    assert toolkit.run.steps_used > 0
