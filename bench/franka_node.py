@@ -44,12 +44,13 @@ def main() -> None:
     from rpent_contract.client import RobotClient
     from rpent_contract.control_space import array_to_chunk
     from rpent_contract.qos import STATE_QOS
-    from rpent_hw.franky_sim import FrankySimProcess
+    from rpent_hw.franky_sim import SIM_PARAMETERS, FrankySimProcess
     from rpent_interfaces.action import ExecuteChunk
 
     with tempfile.TemporaryDirectory() as logs, FrankySimProcess(Path(logs)) as sim:
         node = NodeProcess("rpent_hw", "franka_node",
-                           {"robot_ip": sim.host, "publish_rate": args.publish_rate}, logs,
+                           {**SIM_PARAMETERS, "robot_ip": sim.host,
+                            "publish_rate": args.publish_rate}, logs,
                            name="bench_franka", params_file=CONFIG)
         rclpy.init()
         client = RobotClient()

@@ -28,13 +28,13 @@ pytestmark = pytest.mark.slow
 def franka(rclpy_context, node_factory, tmp_path_factory):
     """franky-sim + the Franka node + a client; the sim is stopped even when a test fails."""
     from rpent_contract.client import RobotClient
-    from rpent_hw.franky_sim import FrankySimProcess
+    from rpent_hw.franky_sim import SIM_PARAMETERS, FrankySimProcess
 
     log_dir = tmp_path_factory.mktemp("franka")
     sim = FrankySimProcess(log_dir).start()
     client = None
     try:
-        node = node_factory("rpent_hw", "franka_node", {"robot_ip": sim.host},
+        node = node_factory("rpent_hw", "franka_node", {**SIM_PARAMETERS, "robot_ip": sim.host},
                             name="franka_specific", params_file=CONFIG)
         client = RobotClient()
         client.wait_ready(60)

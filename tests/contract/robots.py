@@ -27,11 +27,11 @@ class FrankySimEmulator(Emulator):
     """franky-sim on a free loopback address, plus a camera playing a generated video."""
 
     def __init__(self, log_dir: Path):
-        from rpent_hw.franky_sim import FrankySimProcess
+        from rpent_hw.franky_sim import SIM_PARAMETERS, FrankySimProcess
 
         video = write_test_video(log_dir / "camera.avi")
         self.sim = FrankySimProcess(log_dir).start()
-        self.parameters = {"robot_ip": self.sim.host, "cameras": ["scene"],
+        self.parameters = {**SIM_PARAMETERS, "robot_ip": self.sim.host, "cameras": ["scene"],
                            "camera_sources": [str(video)], "camera_width": 96,
                            "camera_height": 72}
 

@@ -140,7 +140,7 @@ class AgentNode(Node):
 
         model = ActionModelClient(self.robot.node, self.action_model)
         meta = model.connect(self.info, timeout=self.startup_timeout)
-        return ChunkExecutor(self.robot, model), meta
+        return ChunkExecutor(self.robot, model, robot_namespace=self.robot_namespace), meta
 
     def _make_planner(self):
         if self.planner_name == "api":

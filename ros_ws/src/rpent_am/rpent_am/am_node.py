@@ -105,7 +105,8 @@ class LatestObservation:
         return PolicyObservation(
             images={c: to_rgb(image_to_numpy(images[c]), images[c].encoding) for c in cameras},
             state=state_from_robot_state(state, state_names),
-            state_names=list(state_names), stamp_ns=_stamp_ns(state.header.stamp))
+            state_names=list(state_names), stamp_ns=_stamp_ns(state.header.stamp),
+            robot=self.namespace)
 
 
 def _stamp_ns(stamp) -> int:
@@ -155,8 +156,9 @@ class ActionModelNode(Node):
         space, rate = self._robot_space(space_name)
         return make_backend(self.backend_name, d, space, rate, self._object_poses)
 
-    def _call(self, srv_type, name: str, timeout: float, what: str):
-        client = self.create_client(srv_type, _ns(self.robot_namespace, name),
+    def _call(self, srv_type, name: str, timeout: float, what: str, namespace=None):
+        namespace = self.robot_namespace if namespace is None else namespace
+        client = self.create_client(srv_type, _ns(namespace, name),
                                     callback_group=self._client_group)
         try:
             if not client.wait_for_service(timeout_sec=timeout):
@@ -184,8 +186,9 @@ class ActionModelNode(Node):
             f"parameter 'action_space' = '{space_name}': the robot offers "
             f"{', '.join(s.name for s in info.control_spaces)}")
 
-    def _object_poses(self) -> dict:
-        response = self._call(GetObjectPoses, OBJECT_POSES_SERVICE, 10.0, "object poses")
+    def _object_poses(self, namespace: str) -> dict:
+        response = self._call(GetObjectPoses, OBJECT_POSES_SERVICE, 10.0, "object poses",
+                              namespace)
         return {n: pose_from_msg(p.pose) for n, p in zip(response.names, response.poses)}
 
     # --- observations --------------------------------------------------------------------
@@ -230,11 +233,11 @@ class ActionModelNode(Node):
         uid = bytes(goal_handle.goal_id.uuid)
         cancel = self._cancel.setdefault(uid, threading.Event())
         session = goal.client_id or uuid.UUID(bytes=uid).hex
+        robot = goal.robot_namespace or self.robot_namespace
         timeout = goal.timeout or self.meta.default_timeout
         given = len(goal.observation.images) > 0 or len(goal.observation.state) > 0
         stream = goal.mode == Predict.Goal.MODE_STREAM
-        source = None if given else self._observation_source(
-            goal.robot_namespace or self.robot_namespace)
+        source = None if given else self._observation_source(robot)
         inference, last_obs_ns, chunk_msg = [], -1, None
         try:
             if goal.mode not in (Predict.Goal.MODE_SINGLE, Predict.Goal.MODE_STREAM):
@@ -245,6 +248,7 @@ class ActionModelNode(Node):
             while not cancel.is_set() and rclpy.ok():
                 if given:
                     obs = from_msg(goal.observation)
+                    obs.robot = robot
                 else:
                     obs = source.wait_newer(last_obs_ns, self.meta.required_cameras,
                                             self.meta.state_names, timeout)

@@ -50,8 +50,10 @@ class ChunkExecutor:
     """Runs a predict stream and feeds its chunks to the robot's execute_chunk."""
 
     def __init__(self, robot, model: ActionModelClient, *, replan_after: int = 5,
-                 max_staleness: float = 1.0):
+                 max_staleness: float = 1.0, robot_namespace: str = ""):
+        """``robot_namespace`` tells a shared model node whose observations to use."""
         self.robot, self.model = robot, model
+        self.robot_namespace = robot_namespace
         self.replan_after, self.max_staleness_ns = replan_after, int(max_staleness * 1e9)
         self._cancel = threading.Event()
 
@@ -60,7 +62,7 @@ class ChunkExecutor:
 
     def run(self, instruction: str, *, max_steps: int = 600, max_chunks: int = 0,
             stop_on_success: bool = True, timeout: float = 120.0,
-            client_id: str = "", robot_namespace: str = "") -> ExecutionReport:
+            client_id: str = "") -> ExecutionReport:
         self._cancel.clear()
         report = ExecutionReport("error", "")
         wake = threading.Condition()
@@ -75,7 +77,7 @@ class ChunkExecutor:
                 wake.notify_all()
 
         stream = self.model.stream(instruction, on_chunk, client_id=client_id,
-                                   robot_namespace=robot_namespace)
+                                   robot_namespace=self.robot_namespace)
         stream_result = stream.handle.get_result_async()
         stream_result.add_done_callback(lambda _f: self._notify_done(wake, state))
         deadline = time.monotonic() + timeout

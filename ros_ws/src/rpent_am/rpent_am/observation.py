@@ -87,7 +87,7 @@ def check_observation(obs: PolicyObservation, meta: ModelMeta) -> PolicyObservat
         raise ObservationError(f"the model needs state entries {', '.join(absent)}, "
                                f"the observation has {', '.join(obs.state_names)}") from None
     return PolicyObservation(obs.images, state.astype(np.float64), list(meta.state_names),
-                             obs.stamp_ns)
+                             obs.stamp_ns, obs.robot)
 
 
 def check_chunk_shape(actions, meta: ModelMeta) -> np.ndarray:

@@ -28,6 +28,7 @@ class PolicyObservation:
     state: np.ndarray  # float64, ordered as ``state_names``
     state_names: Sequence[str]
     stamp_ns: int = 0  # acquisition time (ROS clock) of the state
+    robot: str = ""  # namespace of the robot it was observed on (one model, several robots)
 
     def value(self, name: str) -> float:
         try:

@@ -24,6 +24,10 @@ from pathlib import Path
 from typing import Optional
 
 WRIST_DAMPING = 80.0
+# What a franka_node needs against this simulator, over config/franka.yaml's hardware
+# defaults: no PREEMPT_RT kernel here, and a simulated arm that settles to ~1e-6 rad/s
+# (the contract's "did not move" checks are that strict).
+SIM_PARAMETERS = {"realtime_mode": "ignore", "settle_velocity": 2e-6}
 READY = "franky-sim ready on "
 
 

@@ -29,7 +29,7 @@ def _mapping(entries) -> dict:
 
 
 def make_backend(name: str, declare: Callable, space: ControlSpaceSpec, control_rate: float,
-                 object_poses: Callable[[], dict]) -> PolicyBackend:
+                 object_poses: Callable[[str], dict]) -> PolicyBackend:
     """Declare ``name``'s parameters with ``declare`` and build it for ``space``."""
     d = declare
     chunk = d("chunk_size", 10 if name == "scripted" else 0,

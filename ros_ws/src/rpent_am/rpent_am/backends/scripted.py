@@ -44,7 +44,7 @@ class _Session:
 
 class ScriptedPickPlace(PolicyBackend):
     def __init__(self, action_space: ControlSpaceSpec,
-                 object_poses: Callable[[], dict], *, chunk_size: int = 10,
+                 object_poses: Callable[[str], dict], *, chunk_size: int = 10,
                  max_translation_step: float = 0.04, max_rotation_step: float = 0.1,
                  control_rate: float = 20.0):
         if not (action_space.relative and action_space.step_scale and action_space.dim == 7):
@@ -84,11 +84,11 @@ class ScriptedPickPlace(PolicyBackend):
         with self._lock:
             s = self._sessions.get(session)
             if s is None or s.instruction != instruction:
-                s = self._sessions[session] = self._start(instruction, quat)
+                s = self._sessions[session] = self._start(instruction, quat, observation.robot)
             return self._chunk(s, position, quat, width, observation.stamp_ns)
 
-    def _start(self, instruction: str, quat: np.ndarray) -> _Session:
-        poses = self._object_poses()
+    def _start(self, instruction: str, quat: np.ndarray, robot: str) -> _Session:
+        poses = self._object_poses(robot)
         try:
             obj, target = objects_in_instruction(instruction, poses)
         except ValueError as err:

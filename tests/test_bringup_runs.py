@@ -1,0 +1,58 @@
+"""Whole runs started by rpent.start from the same descriptions the launch files use."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+
+import pytest
+
+pytestmark = pytest.mark.slow
+
+
+def start(*args: str) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", "rpent.start", *args],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            stdin=subprocess.DEVNULL, start_new_session=True)
+
+
+def finish(proc: subprocess.Popen, timeout: float) -> str:
+    try:
+        return proc.communicate(timeout=timeout)[0]
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGINT)
+        out = proc.communicate(timeout=60)[0]
+        pytest.fail(f"run did not finish within {timeout:g} s:\n{out[-4000:]}")
+
+
+def test_starter_runs_a_libero_task_to_native_success(tmp_path):
+    run_dir = tmp_path / "run"
+    proc = start("libero_sim", f"run_dir:={run_dir}", "record:=true")
+    out = finish(proc, 400)
+    assert proc.returncode == 0, out[-4000:]
+    assert "native success : yes" in out
+    result = json.loads((run_dir / "result.json").read_text())
+    assert result["status"] == "success" and result["task_success"], result
+    assert (run_dir / "transcript.json").exists() and (run_dir / "episode.mp4").exists()
+    assert (run_dir / "bag" / "metadata.yaml").exists(), "record:=true wrote no bag"
+    # Every node the description names was started, with its name as the output prefix.
+    for prefix in ("[libero_sim]", "[action_model]", "[agent]", "[recorder]"):
+        assert prefix in out
+
+
+def test_two_namespaced_runs_share_one_action_model(node_factory, tmp_path):
+    runs = {ns: start("libero_sim", f"namespace:={ns}", "action_model:=/action_model",
+                      f"run_dir:={tmp_path / ns}", "init_state_index:=" + str(i))
+            for i, ns in enumerate(("robot1", "robot2"))}
+    # One model for both: it reads its control space from robot1; each goal names its robot.
+    model = node_factory("rpent_am", "am_node", {"backend": "scripted",
+                                                 "robot_namespace": "robot1"}, name="shared_am")
+    outputs = {ns: finish(proc, 600) for ns, proc in runs.items()}
+    for ns, proc in runs.items():
+        assert proc.returncode == 0, f"{ns}:\n{outputs[ns][-4000:]}"
+        result = json.loads((tmp_path / ns / "result.json").read_text())
+        assert result["task_success"], (ns, result)
+        assert f"[{ns}/agent]" in outputs[ns] and "[action_model]" not in outputs[ns]
+    assert model.alive(), model.log_tail()
