@@ -18,6 +18,7 @@ Launch arguments (name, default, what):
   dashboard          false            start the Foxglove bridge (ws://127.0.0.1:8765)
   record             false            record a rosbag2 (MCAP) into the run folder
   namespace          ''               namespace of this robot's topics, actions and services
+  robots_file        ''               YAML, one block per robot (/robot1/libero_sim: ...)
 
 Examples:
   ros2 launch rpent so101.launch.py port:=/dev/ttyACM0 robot_id:=my_follower

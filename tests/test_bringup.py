@@ -100,3 +100,12 @@ def test_real_arms_start_without_a_model_by_default():
         assert "action_model" not in {n.name for n in nodes}
         agent = next(n for n in nodes if n.name == "agent")
         assert agent.parameters["action_model"] == ""
+
+
+def test_a_per_robot_file_gives_each_robot_its_own_block(tmp_path):
+    robots = tmp_path / "robots.yaml"
+    robots.write_text("/robot2/libero_sim:\n  ros__parameters:\n    task_id: 3\n")
+    robot = describe("libero_sim", {"namespace": "robot2", "robots_file": str(robots),
+                                    "run_dir": "/tmp/r"})[0]
+    assert robot.params_files[-1] == str(robots), "the per-robot file must come last"
+    assert "task_id" not in robot.parameters, "a -p task_id would override the robot's block"

@@ -6,6 +6,7 @@ import os
 import signal
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -43,9 +44,10 @@ def test_starter_runs_a_libero_task_to_native_success(tmp_path):
 
 
 def test_two_namespaced_runs_share_one_action_model(node_factory, tmp_path):
+    robots_file = Path(__file__).resolve().parents[1] / "config" / "robots.yaml"
     runs = {ns: start("libero_sim", f"namespace:={ns}", "action_model:=/action_model",
-                      f"run_dir:={tmp_path / ns}", "init_state_index:=" + str(i))
-            for i, ns in enumerate(("robot1", "robot2"))}
+                      f"run_dir:={tmp_path / ns}", f"robots_file:={robots_file}")
+            for ns in ("robot1", "robot2")}
     # One model for both: it reads its control space from robot1; each goal names its robot.
     model = node_factory("rpent_am", "am_node", {"backend": "scripted",
                                                  "robot_namespace": "robot1"}, name="shared_am")
@@ -55,4 +57,5 @@ def test_two_namespaced_runs_share_one_action_model(node_factory, tmp_path):
         result = json.loads((tmp_path / ns / "result.json").read_text())
         assert result["task_success"], (ns, result)
         assert f"[{ns}/agent]" in outputs[ns] and "[action_model]" not in outputs[ns]
+
     assert model.alive(), model.log_tail()

@@ -109,7 +109,18 @@ VIEW_ARGS = (
     Argument("dashboard", "false", "start the Foxglove bridge (ws://127.0.0.1:8765)"),
     Argument("record", "false", "record a rosbag2 (MCAP) into the run folder"),
     Argument("namespace", "", "namespace of this robot's topics, actions and services"),
+    Argument("robots_file", "", "YAML, one block per robot (/robot1/libero_sim: ...)"),
 )
+
+
+def robot_params(args: dict, config: str) -> list:
+    """The robot node's parameter files: its config, then the per-robot blocks if any.
+
+    A per-robot file holds one ``/<namespace>/<node>: ros__parameters:`` block per robot,
+    so several namespaced robots share one file and each node picks its own block.
+    """
+    return [_config(config)] + ([os.path.abspath(args["robots_file"])]
+                                if args["robots_file"] else [])
 
 
 def model_nodes(args: dict, ns: str) -> tuple[list, str]:
@@ -177,12 +188,14 @@ def agent_node(args: dict, ns: str, folder: str, model: str, max_steps: str) -> 
 def _libero_sim(args: dict) -> list:
     ns = args["namespace"].strip("/")
     folder = run_dir(args)
+    # With a per-robot file the task of each robot comes from its block there.
+    task = {} if args["robots_file"] else {
+        "suite": args["suite"], "task_id": int(args["task_id"]), "seed": int(args["seed"]),
+        "init_state_index": int(args["init_state_index"])}
     robot = NodeSpec(
         "rpent_env_sim", "libero_node", "libero_sim", ns,
-        params_files=[_config("libero_sim.yaml")],
-        parameters={"suite": args["suite"], "task_id": int(args["task_id"]),
-                    "seed": int(args["seed"]), "init_state_index": int(args["init_state_index"]),
-                    "max_episode_steps": int(args["max_episode_steps"])})
+        params_files=robot_params(args, "libero_sim.yaml"),
+        parameters={**task, "max_episode_steps": int(args["max_episode_steps"])})
     models, model = model_nodes(args, ns)
     return [robot, *models, agent_node(args, ns, folder, model, args["max_episode_steps"]),
             *view_nodes(args, ns, folder)]
@@ -192,7 +205,7 @@ def _franka(args: dict) -> list:
     ns = args["namespace"].strip("/")
     folder = run_dir(args)
     robot = NodeSpec("rpent_hw", "franka_node", "franka", ns,
-                     params_files=[_config("franka.yaml")],
+                     params_files=robot_params(args, "franka.yaml"),
                      parameters={"robot_ip": args["robot_ip"]})
     models, model = model_nodes(args, ns)
     return [robot, *models, agent_node(args, ns, folder, model, args["max_episode_steps"]),
@@ -203,7 +216,7 @@ def _so101(args: dict) -> list:
     ns = args["namespace"].strip("/")
     folder = run_dir(args)
     robot = NodeSpec("rpent_hw", "so101_node", "so101", ns,
-                     params_files=[_config("so101.yaml")],
+                     params_files=robot_params(args, "so101.yaml"),
                      parameters={"port": args["port"], "robot_id": args["robot_id"]})
     models, model = model_nodes(args, ns)
     return [robot, *models, agent_node(args, ns, folder, model, args["max_episode_steps"]),
