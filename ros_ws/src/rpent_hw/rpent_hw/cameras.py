@@ -67,3 +67,24 @@ class OpenCVCamera:
         self._closed.set()
         self._thread.join(2.0)
         self._cap.release()
+
+
+def declare_cameras(d) -> dict:
+    """Declare a robot node's OpenCV camera parameters (``d``: rpent_contract.params.declare
+    bound to the node); return name -> (source, width, height, horizontal fov in degrees)."""
+    from rpent_contract.params import ParameterError
+
+    names = d("cameras", [""], "OpenCV camera names (camera/<name>/image_raw); [''] = none")
+    sources = d("camera_sources", [""], "Capture source per camera: index, /dev path, URL "
+                "or video file")
+    names, sources = [n for n in names if n], [s for s in sources if s]
+    if len(names) != len(sources):
+        raise ParameterError(
+            f"cameras {names} and camera_sources {sources} need one source per camera")
+    width = d("camera_width", 640, "Camera image width, px",
+              lambda v: None if 16 <= v <= 4096 else "must be in [16, 4096]")
+    height = d("camera_height", 480, "Camera image height, px",
+               lambda v: None if 16 <= v <= 4096 else "must be in [16, 4096]")
+    fov = d("camera_fov_deg", 69.0, "Horizontal field of view for the intrinsics, degrees",
+            lambda v: None if 1 < v < 179 else "must be in (1, 179)")
+    return {n: (s, width, height, fov) for n, s in zip(names, sources)}

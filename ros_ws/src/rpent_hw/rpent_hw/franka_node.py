@@ -50,8 +50,8 @@ from rpent_contract.qos import LATCHED_QOS
 from rpent_contract.robot_node import RobotContractNode, spin_robot_node
 from rpent_contract.validation import GoalRejected
 
-from .cameras import OpenCVCamera
-from .safety import ApprovalGate, SafetyLayer, SafetyLimits, Watchdog
+from .cameras import OpenCVCamera, declare_cameras
+from .safety import ApprovalGate, SafetyLayer, SafetyLimits, Watchdog, declare_approval_gate
 
 ARM_JOINTS = tuple(f"fr3_joint{i}" for i in range(1, 8))
 FINGER_JOINTS = ("fr3_finger_joint1", "fr3_finger_joint2")
@@ -586,25 +586,8 @@ class FrankaNode(RobotContractNode):
             watchdog_timeout=d("watchdog_timeout", 0.5,
                                "Stop the arm when a chunk's next command is this late, s",
                                params.positive))
-        approval = ApprovalGate(
-            d("require_approval", False,
-              "Hold every motion until an operator approves it on safety/approve "
-              "(recommended on hardware while a policy is untested)"),
-            d("approval_timeout", 60.0, "Refuse a motion not approved within this time, s",
-              params.positive))
-        names = d("cameras", [""], "OpenCV camera names (camera/<name>/image_raw); [''] = none")
-        sources = d("camera_sources", [""], "Capture source per camera: index, /dev path, URL "
-                    "or video file")
-        names, sources = [n for n in names if n], [s for s in sources if s]
-        if len(names) != len(sources):
-            raise params.ParameterError(
-                f"cameras {names} and camera_sources {sources} need one source per camera")
-        cam_w = d("camera_width", 640, "Camera image width, px",
-                  lambda v: None if 16 <= v <= 4096 else "must be in [16, 4096]")
-        cam_h = d("camera_height", 480, "Camera image height, px",
-                  lambda v: None if 16 <= v <= 4096 else "must be in [16, 4096]")
-        fov = d("camera_fov_deg", 69.0, "Horizontal field of view for the intrinsics, degrees",
-                lambda v: None if 1 < v < 179 else "must be in (1, 179)")
+        approval = declare_approval_gate(d)
+        cameras = declare_cameras(d)
         host = d("robot_ip", "172.16.0.2", "Franka control (FCI) address",
                  lambda v: None if v else "must not be empty")
         safety_layer = SafetyLayer(limits)
@@ -636,7 +619,7 @@ class FrankaNode(RobotContractNode):
             gripper_force=d("gripper_force", 20.0, "Grasp force when a goal gives none, N",
                             lambda v: None if 0 < v <= GRIPPER_MAX_FORCE
                             else f"must be in (0, {GRIPPER_MAX_FORCE:g}] N"),
-            cameras={n: (s, cam_w, cam_h, fov) for n, s in zip(names, sources)},
+            cameras=cameras,
             log=self.get_logger())
         return driver
 

@@ -63,12 +63,20 @@ from rpent_contract.driver import (
     RobotSnapshot,
     TaskInfo,
 )
+from rpent_contract.geometry import rotation_angle
 from rpent_contract.qos import LATCHED_QOS
 from rpent_contract.robot_node import RobotContractNode, spin_robot_node
 from rpent_contract.validation import GoalRejected
 
-from .cameras import OpenCVCamera
-from .safety import ApprovalGate, SafetyLayer, SafetyLimits, SafetyRejected, Watchdog, rotation_angle
+from .cameras import OpenCVCamera, declare_cameras
+from .safety import (
+    ApprovalGate,
+    SafetyLayer,
+    SafetyLimits,
+    SafetyRejected,
+    Watchdog,
+    declare_approval_gate,
+)
 from .so101_kinematics import ARM_JOINTS, GRIPPER_JOINT, SO101Kinematics
 
 MOTORS = ARM_JOINTS + (GRIPPER_JOINT,)
@@ -617,24 +625,8 @@ class SO101Node(RobotContractNode):
             watchdog_timeout=d("watchdog_timeout", 0.5,
                                "Hold the arm when a chunk's next command is this late, s",
                                params.positive))
-        approval = ApprovalGate(
-            d("require_approval", False,
-              "Hold every motion until an operator approves it on safety/approve"),
-            d("approval_timeout", 60.0, "Refuse a motion not approved within this time, s",
-              params.positive))
-        names = d("cameras", [""], "OpenCV camera names (camera/<name>/image_raw); [''] = none")
-        sources = d("camera_sources", [""], "Capture source per camera: index, /dev path, URL "
-                    "or video file")
-        names, sources = [n for n in names if n], [s for s in sources if s]
-        if len(names) != len(sources):
-            raise params.ParameterError(
-                f"cameras {names} and camera_sources {sources} need one source per camera")
-        cam_w = d("camera_width", 640, "Camera image width, px",
-                  lambda v: None if 16 <= v <= 4096 else "must be in [16, 4096]")
-        cam_h = d("camera_height", 480, "Camera image height, px",
-                  lambda v: None if 16 <= v <= 4096 else "must be in [16, 4096]")
-        fov = d("camera_fov_deg", 69.0, "Horizontal field of view for the intrinsics, degrees",
-                lambda v: None if 1 < v < 179 else "must be in (1, 179)")
+        approval = declare_approval_gate(d)
+        cameras = declare_cameras(d)
         port = d("port", "/dev/ttyACM0", "Serial port of the servo bus (lerobot-find-port)",
                  lambda v: None if v else "must not be empty")
         max_joint_step = d("max_joint_step", 4.0,
@@ -674,7 +666,7 @@ class SO101Node(RobotContractNode):
                                      "Switch the servos off when the node exits (LeRobot's "
                                      "default; the arm then drops under gravity)"),
             instruction=d("instruction", "", "Task instruction published on task_status"),
-            cameras={n: (s, cam_w, cam_h, fov) for n, s in zip(names, sources)},
+            cameras=cameras,
             log=self.get_logger())
 
     def _answer(self, gate: ApprovalGate, request, response):
