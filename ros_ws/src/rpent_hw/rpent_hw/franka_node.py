@@ -29,8 +29,6 @@ import uuid
 from typing import Optional
 
 import numpy as np
-from std_msgs.msg import String
-from std_srvs.srv import SetBool
 
 from rpent_contract import params
 from rpent_contract.control_space import ControlSpaceSpec
@@ -46,12 +44,12 @@ from rpent_contract.driver import (
     TaskInfo,
 )
 from rpent_contract.geometry import rotation_angle
-from rpent_contract.qos import LATCHED_QOS
-from rpent_contract.robot_node import RobotContractNode, spin_robot_node
+from rpent_contract.robot_node import spin_robot_node
 from rpent_contract.validation import GoalRejected
 
+from .arm_node import ArmNode
 from .cameras import OpenCVCamera, declare_cameras
-from .safety import ApprovalGate, SafetyLayer, SafetyLimits, Watchdog, declare_approval_gate
+from .safety import ApprovalGate, SafetyLayer, Watchdog, declare_approval_gate
 
 ARM_JOINTS = tuple(f"fr3_joint{i}" for i in range(1, 8))
 FINGER_JOINTS = ("fr3_finger_joint1", "fr3_finger_joint2")
@@ -555,37 +553,16 @@ def _active_errors(errors) -> list[str]:
             and isinstance(getattr(errors, name), bool) and getattr(errors, name)]
 
 
-class FrankaNode(RobotContractNode):
+class FrankaNode(ArmNode):
     def __init__(self):
         # Base frame fr3_link0; the default box keeps the hand above the table in front.
         super().__init__("franka", default_workspace=((0.25, -0.45, 0.05), (0.80, 0.45, 0.80)))
-        gate = self.driver.approval
-        self.create_service(SetBool, "safety/approve",
-                            lambda req, res: self._answer(gate, req, res))
-        self._pending_pub = self.create_publisher(String, "safety/pending", LATCHED_QOS)
-        self._pending = None
-        self.create_timer(0.1, lambda: self._publish_pending(gate))
 
     def create_driver(self) -> RobotDriver:
         d = lambda *a, **k: params.declare(self, *a, **k)  # noqa: E731
-        unit = lambda v: None if 0 < v <= 1 else "must be in (0, 1]"  # noqa: E731
         rate = d("control_rate", 20.0, "Chunk rate and state publish rate, Hz",
                  lambda v: None if 0 < v <= 200 else "must be in (0, 200] Hz")
-        limits = SafetyLimits(
-            workspace=self.workspace,
-            max_translation_step=self.max_translation_step,
-            max_rotation_step=self.max_rotation_step,
-            max_goal_translation=d("max_goal_translation", 0.5,
-                                   "Farthest a goal may move the end effector from its start, m",
-                                   params.positive),
-            max_goal_rotation=d("max_goal_rotation", 1.6,
-                                "Largest rotation of the end effector in one goal, rad",
-                                params.positive),
-            velocity_scale=d("velocity_scale", 1.0,
-                             "Safety scaling of every motion's velocity/acceleration/jerk", unit),
-            watchdog_timeout=d("watchdog_timeout", 0.5,
-                               "Stop the arm when a chunk's next command is this late, s",
-                               params.positive))
+        limits = self.declare_safety_limits(max_goal_translation=0.5, velocity_scale=True)
         approval = declare_approval_gate(d)
         cameras = declare_cameras(d)
         host = d("robot_ip", "172.16.0.2", "Franka control (FCI) address",
@@ -598,7 +575,8 @@ class FrankaNode(RobotContractNode):
                        "enforce: refuse to run without a realtime kernel (hardware); ignore: "
                        "run anyway (franky-sim, development)", params.one_of("enforce", "ignore")),
             dynamics_factor=d("relative_dynamics_factor", 0.2,
-                              "franky relative dynamics factor of every motion", unit),
+                              "franky relative dynamics factor of every motion",
+                              lambda v: None if 0 < v <= 1 else "must be in (0, 1]"),
             control_rate=rate,
             # State is read as often as it is published (publish_rate 0 = the control rate).
             state_rate=max(rate, self.publish_rate),
@@ -623,15 +601,6 @@ class FrankaNode(RobotContractNode):
             log=self.get_logger())
         return driver
 
-    def _answer(self, gate: ApprovalGate, request, response):
-        response.success, response.message = gate.answer(bool(request.data))
-        return response
-
-    def _publish_pending(self, gate: ApprovalGate) -> None:
-        pending = gate.pending
-        if pending != self._pending:
-            self._pending = pending
-            self._pending_pub.publish(String(data=pending))
 
 
 def main(args=None):

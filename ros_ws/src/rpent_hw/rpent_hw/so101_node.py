@@ -47,8 +47,6 @@ from pathlib import Path
 from typing import Optional
 
 import numpy as np
-from std_msgs.msg import String
-from std_srvs.srv import SetBool
 
 from rpent_contract import params
 from rpent_contract.control_space import ControlSpaceSpec
@@ -64,15 +62,14 @@ from rpent_contract.driver import (
     TaskInfo,
 )
 from rpent_contract.geometry import rotation_angle
-from rpent_contract.qos import LATCHED_QOS
-from rpent_contract.robot_node import RobotContractNode, spin_robot_node
+from rpent_contract.robot_node import spin_robot_node
 from rpent_contract.validation import GoalRejected
 
+from .arm_node import ArmNode
 from .cameras import OpenCVCamera, declare_cameras
 from .safety import (
     ApprovalGate,
     SafetyLayer,
-    SafetyLimits,
     SafetyRejected,
     Watchdog,
     declare_approval_gate,
@@ -597,34 +594,16 @@ class SO101Driver(RobotDriver):
         self.hold()
 
 
-class SO101Node(RobotContractNode):
+class SO101Node(ArmNode):
     def __init__(self):
         # Base frame base_link (model "base"); the box keeps the jaws above the table in front.
         super().__init__("so101", default_workspace=((0.10, -0.30, 0.02), (0.42, 0.30, 0.35)))
-        gate = self.driver.approval
-        self.create_service(SetBool, "safety/approve",
-                            lambda req, res: self._answer(gate, req, res))
-        self._pending_pub = self.create_publisher(String, "safety/pending", LATCHED_QOS)
-        self._pending = None
-        self.create_timer(0.1, lambda: self._publish_pending(gate))
 
     def create_driver(self) -> RobotDriver:
         d = lambda *a, **k: params.declare(self, *a, **k)  # noqa: E731
         rate = d("control_rate", 30.0, "Bus read+write cycles, chunk steps and state topics, Hz",
                  lambda v: None if 0 < v <= 200 else "must be in (0, 200] Hz")
-        limits = SafetyLimits(
-            workspace=self.workspace,
-            max_translation_step=self.max_translation_step,
-            max_rotation_step=self.max_rotation_step,
-            max_goal_translation=d("max_goal_translation", 0.3,
-                                   "Farthest a goal may move the end effector from its start, m",
-                                   params.positive),
-            max_goal_rotation=d("max_goal_rotation", 1.6,
-                                "Largest rotation of the end effector in one goal, rad",
-                                params.positive),
-            watchdog_timeout=d("watchdog_timeout", 0.5,
-                               "Hold the arm when a chunk's next command is this late, s",
-                               params.positive))
+        limits = self.declare_safety_limits(max_goal_translation=0.3)
         approval = declare_approval_gate(d)
         cameras = declare_cameras(d)
         port = d("port", "/dev/ttyACM0", "Serial port of the servo bus (lerobot-find-port)",
@@ -669,15 +648,6 @@ class SO101Node(RobotContractNode):
             cameras=cameras,
             log=self.get_logger())
 
-    def _answer(self, gate: ApprovalGate, request, response):
-        response.success, response.message = gate.answer(bool(request.data))
-        return response
-
-    def _publish_pending(self, gate: ApprovalGate) -> None:
-        pending = gate.pending
-        if pending != self._pending:
-            self._pending = pending
-            self._pending_pub.publish(String(data=pending))
 
     def _driver_failure(self, goal_handle, result, err, label):
         # The safety layer, IK and a faulted bus refuse before anything moves.
