@@ -9,6 +9,7 @@ import time
 
 import yaml
 
+from rpent_bag.record_node import DEFAULT_TOPICS
 from rpent_contract.processes import wait_until
 
 
@@ -20,7 +21,12 @@ def test_libero_run_recording_survives_robot_crash_and_sigint(rclpy_context, nod
 
     bag = tmp_path / "run" / "bag"
     robot = node_factory("rpent_env_sim", "libero_node", {}, name="rec_robot")
-    recorder = node_factory("rpent_bag", "recorder", {"bag_path": str(bag)}, name="recorder")
+    # The default patterns, except that only this test's predict feedback is wanted: the
+    # graph may still list the feedback topics of model nodes other tests ran moments ago.
+    topics = [t if t != "*predict/_action/feedback" else "predict/_action/feedback"
+              for t in DEFAULT_TOPICS]
+    recorder = node_factory("rpent_bag", "recorder", {"bag_path": str(bag), "topics": topics},
+                            name="recorder")
     node = rclpy.create_node("rec_sources")
     events = node.create_publisher(AgentEvent, "agent/events", 10)
     feedback = node.create_publisher(Predict.Impl.FeedbackMessage, "predict/_action/feedback", 10)
