@@ -98,14 +98,8 @@ class ActionModelClient:
         return goal
 
     def send(self, goal, feedback: Optional[Callable] = None, timeout: float = 10.0) -> GoalRun:
-        if not self._predict.wait_for_server(timeout_sec=timeout):
-            raise ContractTimeout(f"action 'predict' not available after {timeout:g} s; "
-                                  "is the action-model node running?")
-        handle = wait_future(self._predict.send_goal_async(goal, feedback_callback=feedback),
-                             timeout, "predict goal")
-        if not handle.accepted:
-            raise RuntimeError("predict goal was rejected by the action-model node")
-        return GoalRun(None, handle, "predict")
+        return GoalRun.send(self._predict, goal, feedback, timeout, "predict",
+                            "the action-model node")
 
     def predict(self, instruction: str, observation=None, client_id: str = "",
                 timeout: float = 0.0, robot_namespace: str = "") -> np.ndarray:

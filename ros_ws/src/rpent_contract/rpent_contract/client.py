@@ -50,9 +50,22 @@ def wait_future(future, timeout: float, what: str):
 class GoalRun:
     """A sent goal: wait for its result or cancel it."""
 
-    def __init__(self, client: "RobotClient", handle, what: str):
-        self._client, self.handle, self._what = client, handle, what
+    def __init__(self, handle, what: str):
+        self.handle, self._what = handle, what
         self._result_future = handle.get_result_async()
+
+    @classmethod
+    def send(cls, client: ActionClient, goal, feedback: Optional[Callable], timeout: float,
+             what: str, server: str = "the server") -> "GoalRun":
+        """Send ``goal`` on ``client`` once its server is up; refused goals raise."""
+        if not client.wait_for_server(timeout_sec=timeout):
+            raise ContractTimeout(f"action '{what}' not available after {timeout:g} s; is "
+                                  f"{server} running?")
+        handle = wait_future(client.send_goal_async(goal, feedback_callback=feedback), timeout,
+                             f"{what} goal")
+        if not handle.accepted:
+            raise RuntimeError(f"{what} goal was rejected by {server}")
+        return cls(handle, what)
 
     def result(self, timeout: float):
         response = wait_future(self._result_future, timeout, f"{self._what} result")
@@ -130,14 +143,8 @@ class RobotClient:
     # --- actions -------------------------------------------------------------------------
     def send(self, action: str, goal, feedback: Optional[Callable] = None,
              timeout: float = 10.0) -> GoalRun:
-        client = self._actions[action]
-        if not client.wait_for_server(timeout_sec=timeout):
-            raise ContractTimeout(f"action '{action}' not available after {timeout:g} s")
-        handle = wait_future(client.send_goal_async(goal, feedback_callback=feedback), timeout,
-                             f"{action} goal")
-        if not handle.accepted:
-            raise RuntimeError(f"{action} goal was rejected by the server")
-        return GoalRun(self, handle, action)
+        return GoalRun.send(self._actions[action], goal, feedback, timeout, action,
+                            "the robot node")
 
     def execute_chunk(self, actions: np.ndarray, control_space: str, stop_on_success=False,
                       feedback=None, timeout: float = 120.0):
