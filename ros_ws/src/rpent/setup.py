@@ -9,7 +9,7 @@ package_name = "rpent"
 setup(
     name=package_name,
     version="0.1.0",
-    packages=["rpent"],
+    packages=["rpent", "rpent.eval"],
     data_files=[
         ("share/ament_index/resource_index/packages", ["resource/" + package_name]),
         ("share/" + package_name, ["package.xml"]),
@@ -20,6 +20,9 @@ setup(
     zip_safe=True,
     maintainer="RPent maintainers",
     maintainer_email="maintainers@rpent.dev",
-    description="Bring-up for RPent: launch files and configuration.",
+    description="Bring-up for RPent: launch files, configuration and the rpent command.",
     license="Apache-2.0",
+    # No setup.cfg script_dir: `rpent` lands in install/rpent/bin, which sourcing the
+    # workspace puts on PATH (the node executables of the other packages go to lib/).
+    entry_points={"console_scripts": ["rpent = rpent.cli:main"]},
 )

@@ -13,6 +13,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable, Optional
 
+from rpent_contract.processes import node_executable, ros_args
+
 
 @dataclass(frozen=True)
 class Argument:
@@ -34,6 +36,14 @@ class NodeSpec:
     required: bool = False
     # A plain process instead of a node executable (``ros2 bag record``).
     command: Optional[list] = None
+
+    def argv(self) -> list:
+        """The command line that starts this node, as a launch file would run it."""
+        if self.command:
+            return list(self.command)
+        return [node_executable(self.package, self.executable)] + ros_args(
+            self.parameters, self.namespace, {"__node": self.name, **self.remappings},
+            self.params_files)
 
 
 @dataclass(frozen=True)
@@ -195,7 +205,8 @@ def _libero_sim(args: dict) -> list:
     robot = NodeSpec(
         "rpent_env_sim", "libero_node", "libero_sim", ns,
         params_files=robot_params(args, "libero_sim.yaml"),
-        parameters={**task, "max_episode_steps": int(args["max_episode_steps"])})
+        parameters={**task, "max_episode_steps": int(args["max_episode_steps"]),
+                    "privileged": _flag(args["privileged"])})
     models, model = model_nodes(args, ns)
     return [robot, *models, agent_node(args, ns, folder, model, args["max_episode_steps"]),
             *view_nodes(args, ns, folder)]
@@ -240,6 +251,8 @@ BRINGUPS = {b.name: b for b in (
         Argument("seed", "0", "simulator seed"),
         Argument("init_state_index", "0", "recorded initial state of the task"),
         Argument("max_episode_steps", "600", "simulator steps before the episode ends"),
+        Argument("privileged", "true", "false: no object poses or native success for the "
+                                       "agent, as on a real arm"),
         *AGENT_ARGS, *model_args("scripted"), *VIEW_ARGS), _libero_sim),
     Bringup("franka", "a Franka FR3 through franky, action model, agent", (
         Argument("robot_ip", "172.16.0.2", "address of the robot's control unit"),

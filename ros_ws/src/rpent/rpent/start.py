@@ -18,8 +18,6 @@ import threading
 import time
 from typing import Optional
 
-from rpent_contract.processes import node_executable, ros_args
-
 from .bringup import BRINGUPS, NodeSpec, describe
 
 STOP_TIMEOUT = 15.0
@@ -31,10 +29,7 @@ class Running:
     def __init__(self, spec: NodeSpec, out_lock: threading.Lock):
         self.spec = spec
         self.label = f"{spec.namespace}/{spec.name}".lstrip("/")
-        cmd = spec.command or [node_executable(spec.package, spec.executable)] + ros_args(
-            spec.parameters, spec.namespace, {"__node": spec.name, **spec.remappings},
-            spec.params_files)
-        self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+        self.proc = subprocess.Popen(spec.argv(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                      stdin=subprocess.DEVNULL, start_new_session=True,
                                      text=True, bufsize=1)
         self._lock = out_lock

@@ -188,7 +188,8 @@ class AgentNode(Node):
             goal_handle.publish_feedback(RunTask.Feedback(turn=turn, last_tool=last_tool,
                                                           text=text[:2000]))
 
-        result = self.run_task(g.instruction, g.max_turns, g.max_episode_steps, feedback)
+        result = self.run_task(g.instruction, g.max_turns, g.max_episode_steps, feedback,
+                               run_dir=g.run_dir)
         if result.status == RunTask.Result.STATUS_CANCELED:
             goal_handle.canceled()
         elif result.status == RunTask.Result.STATUS_ERROR:
@@ -199,14 +200,15 @@ class AgentNode(Node):
 
     # --- a run ---------------------------------------------------------------------------
     def run_task(self, instruction: str, max_turns: int = 0, max_steps: int = 0,
-                 feedback=lambda *_: None) -> RunTask.Result:
+                 feedback=lambda *_: None, run_dir: str = "") -> RunTask.Result:
         with self._run_lock:
             return self._run(instruction, max_turns or self.max_turns,
-                             max_steps or self.max_episode_steps, feedback)
+                             max_steps or self.max_episode_steps, feedback,
+                             run_dir or self.run_dir)
 
-    def _run(self, instruction, max_turns, max_steps, feedback) -> RunTask.Result:
+    def _run(self, instruction, max_turns, max_steps, feedback, run_dir) -> RunTask.Result:
         run_id = uuid.uuid4().hex[:8]
-        run_dir = Path(self.run_dir).resolve() if self.run_dir else \
+        run_dir = Path(run_dir).resolve() if run_dir else \
             Path(self.output_dir).resolve() / (datetime.now().strftime("%Y%m%d-%H%M%S") +
                                                f"_{run_id}")
         run_dir.mkdir(parents=True, exist_ok=True)

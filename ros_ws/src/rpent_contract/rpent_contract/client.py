@@ -67,6 +67,9 @@ class GoalRun:
             raise RuntimeError(f"{what} goal was rejected by {server}")
         return cls(handle, what)
 
+    def done(self) -> bool:
+        return self._result_future.done()
+
     def result(self, timeout: float):
         response = wait_future(self._result_future, timeout, f"{self._what} result")
         return response.status, response.result

@@ -37,9 +37,12 @@ class TaskInfo:
     task_id: int = -1
     episode_id: str = ""
     max_steps: int = 0
-    success: bool = False
-    native_success: bool = False  # whether ``success`` comes from the simulator's own check
+    success: bool = False  # the verdict agents read
+    success_is_native: bool = False  # whether ``success`` comes from the simulator's own check
     done: bool = False
+    # Simulation only: the simulator's own check even when it is withheld from ``success``
+    # (a non-privileged simulated robot), for evaluation.
+    native_success: bool = False
 
 
 @dataclass

@@ -62,20 +62,36 @@ def ros_args(parameters: dict, namespace: str = "", remaps: Optional[dict] = Non
     return args
 
 
-class NodeProcess:
-    """A node executable running in its own process group, its output in a log file."""
+def _die_with_parent() -> None:
+    """Runs in the child before exec: the kernel sends it SIGINT when its parent dies, so
+    a killed harness never leaves nodes driving a robot (SIGINT: a recorder still closes
+    its bag). Linux only; elsewhere the parent's own clean-up is all there is."""
+    if _PRCTL is not None:
+        _PRCTL(1, signal.SIGINT)  # PR_SET_PDEATHSIG
 
-    def __init__(self, package: str, executable: str, parameters: dict, log_dir: Path,
-                 namespace: str = "", name: Optional[str] = None,
-                 params_file: Optional[str] = None, remaps: Optional[dict] = None):
-        self.name = name or executable
-        self.log_path = Path(log_dir) / f"{self.name}.log"
-        files = [params_file] if params_file else []
-        cmd = [node_executable(package, executable)] + ros_args(parameters, namespace, remaps,
-                                                                files)
+
+try:  # loaded before any fork: the child must not import or allocate before exec
+    import ctypes
+
+    _PRCTL = ctypes.CDLL("libc.so.6", use_errno=True).prctl
+except (OSError, AttributeError):
+    _PRCTL = None
+
+
+class LoggedProcess:
+    """A command in its own process group, its output in a log file, stopped cleanly.
+
+    It dies with the thread that started it (see :func:`_die_with_parent`): start it from
+    a thread that outlives it.
+    """
+
+    def __init__(self, cmd: Sequence[str], log_path: Path, name: str):
+        self.name = name
+        self.log_path = Path(log_path)
         self._log = open(self.log_path, "w")
-        self.proc = subprocess.Popen(cmd, stdout=self._log, stderr=subprocess.STDOUT,
-                                     stdin=subprocess.DEVNULL, start_new_session=True)
+        self.proc = subprocess.Popen(list(cmd), stdout=self._log, stderr=subprocess.STDOUT,
+                                     stdin=subprocess.DEVNULL, start_new_session=True,
+                                     preexec_fn=_die_with_parent)
 
     def alive(self) -> bool:
         return self.proc.poll() is None
@@ -100,6 +116,19 @@ class NodeProcess:
             pass
         self._log.close()
         return self.proc.returncode
+
+
+class NodeProcess(LoggedProcess):
+    """A node executable as a :class:`LoggedProcess`, its log ``<log_dir>/<name>.log``."""
+
+    def __init__(self, package: str, executable: str, parameters: dict, log_dir: Path,
+                 namespace: str = "", name: Optional[str] = None,
+                 params_file: Optional[str] = None, remaps: Optional[dict] = None):
+        name = name or executable
+        files = [params_file] if params_file else []
+        cmd = [node_executable(package, executable)] + ros_args(parameters, namespace, remaps,
+                                                                files)
+        super().__init__(cmd, Path(log_dir) / f"{name}.log", name)
 
 
 def wait_until(predicate, timeout: float, interval: float = 0.05, what: str = "condition"):

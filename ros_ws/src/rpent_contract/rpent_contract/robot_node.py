@@ -179,7 +179,8 @@ class RobotContractNode(Node):
     def _publish_task(self, snap: RobotSnapshot) -> None:
         t = snap.task
         key = (t.instruction, t.suite, t.task_name, t.task_id, t.episode_id, t.max_steps,
-               t.success, t.native_success, t.done, int(snap.episode_step))
+               t.success, t.success_is_native, t.done, t.native_success,
+               int(snap.episode_step))
         with self._task_lock:
             if key == self._last_task:
                 return
@@ -191,8 +192,9 @@ class RobotContractNode(Node):
         msg.task_id, msg.episode_id = int(t.task_id), t.episode_id
         msg.step, msg.max_steps = int(snap.episode_step), int(t.max_steps)
         msg.success, msg.done = bool(t.success), bool(t.done)
+        msg.native_success = bool(t.native_success)
         if t.success or t.done:
-            msg.success_source = (TaskStatus.SOURCE_NATIVE if t.native_success
+            msg.success_source = (TaskStatus.SOURCE_NATIVE if t.success_is_native
                                   else TaskStatus.SOURCE_OPERATOR)
         self._task_pub.publish(msg)
 

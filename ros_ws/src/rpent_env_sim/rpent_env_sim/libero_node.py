@@ -66,11 +66,20 @@ LIBERO_OSC_DELTA = ControlSpaceSpec(
 
 
 class LiberoDriver(RobotDriver):
+    """A LIBERO task as a robot.
+
+    ``privileged=False`` runs it as a real arm would be run: no object poses from the
+    simulator and no native success for the agent (``success`` waits for an operator, and
+    chunks do not stop on success); the simulator's verdict still goes out as
+    ``TaskStatus.native_success`` for evaluation.
+    """
+
     def __init__(self, *, suite: str, task_id: int, seed: int, init_state_index: int,
                  cameras, image_height: int, image_width: int, render_quality: str,
-                 max_episode_steps: int, real_time: bool):
+                 max_episode_steps: int, real_time: bool, privileged: bool = True):
         self._worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="libero-sim")
         self._real_time = real_time
+        self._privileged = privileged
         self._lock = threading.Lock()
         self._sim: LiberoSim = self._call(
             LiberoSim, suite=suite, task_id=task_id, seed=seed,
@@ -87,7 +96,7 @@ class LiberoDriver(RobotDriver):
             control_rate=float(self._sim.control_rate_hz),
             gripper_max_width=GRIPPER_MAX_WIDTH,
             max_chunk_steps=max_episode_steps,
-            sim_services=[OBJECT_POSES_SERVICE],
+            sim_services=[OBJECT_POSES_SERVICE] if privileged else [],
         )
         self._episode_id = ""
         self._latest = self._new_episode(self._call(self._sim.reset))
@@ -103,6 +112,7 @@ class LiberoDriver(RobotDriver):
     def _update(self, obs: SimObservation) -> RobotSnapshot:
         sim = self._sim
         previous = self._latest.images if hasattr(self, "_latest") else {}
+        success = bool(obs.success) and self._privileged
         snap = RobotSnapshot(
             joint_names=self._description.joint_names,
             joint_positions=np.concatenate([obs.arm_joint_positions, obs.gripper_joint_positions]),
@@ -116,8 +126,9 @@ class LiberoDriver(RobotDriver):
             task=TaskInfo(
                 instruction=sim.instruction, suite=sim.suite, task_name=sim.task_name,
                 task_id=sim.task_id, episode_id=self._episode_id,
-                max_steps=self._max_episode_steps, success=bool(obs.success),
-                native_success=True, done=bool(obs.success or obs.truncated)),
+                max_steps=self._max_episode_steps, success=success,
+                success_is_native=self._privileged, done=bool(success or obs.truncated),
+                native_success=bool(obs.success)),
         )
         with self._lock:
             self._latest = snap
@@ -232,6 +243,9 @@ class LiberoDriver(RobotDriver):
         old.close()
 
     def object_poses(self) -> dict:
+        if not self._privileged:
+            raise RuntimeError("object poses are withheld: this robot runs with "
+                               "privileged:=false")
         return self._call(self._sim.object_poses)
 
     def close(self) -> None:
@@ -272,6 +286,10 @@ class LiberoNode(RobotContractNode):
                                 lambda v: None if v > 0 else "must be > 0"),
             real_time=d("real_time", False,
                         "Pace steps to the control rate (else run as fast as the CPU allows)"),
+            privileged=d("privileged", True,
+                         "Offer the simulator's object poses and native success to the agent; "
+                         "false runs the task as on a real arm (success is then only in "
+                         "task_status.native_success, for evaluation)"),
         )
 
 

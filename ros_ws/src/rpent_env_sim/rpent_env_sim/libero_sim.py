@@ -122,6 +122,37 @@ def _suite_is_complete(suite: str) -> bool:
     return not any(_task_resource_problems(bench, i) for i in range(bench.get_num_tasks()))
 
 
+@dataclass(frozen=True)
+class SuiteTask:
+    """One task of a suite, as an evaluation enumerates it (nothing is built)."""
+
+    suite: str
+    task_id: int
+    name: str
+    language: str
+    n_init_states: int
+    problems: tuple = ()  # files the installed benchmark lacks; empty when runnable
+
+
+def suite_tasks(suite: str) -> list[SuiteTask]:
+    """Every task of ``suite`` with its number of recorded initial states.
+
+    Tasks the installed benchmark cannot run (LIBERO-PRO ships some incomplete) are listed
+    with their ``problems`` instead of being skipped, so a caller can say which and why.
+    """
+    if suite not in _suite_task_counts():
+        raise ValueError(f"unknown LIBERO suite {suite!r}; valid suites: "
+                         f"{', '.join(LiberoSim.available_suites())}")
+    bench = _make_benchmark(suite)
+    tasks = []
+    for task_id in range(bench.get_num_tasks()):
+        task = bench.get_task(task_id)
+        problems = tuple(_task_resource_problems(bench, task_id))
+        n_states = 0 if problems else len(bench.get_task_init_states(task_id))
+        tasks.append(SuiteTask(suite, task_id, task.name, task.language, n_states, problems))
+    return tasks
+
+
 def _close_env(env) -> None:
     # robosuite deletes the MjrContext's GL objects in whichever EGL context is
     # current; with several simulators that may be another one's, whose

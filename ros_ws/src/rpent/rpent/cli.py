@@ -1,0 +1,30 @@
+"""The ``rpent`` command.
+
+    rpent eval ...      success rates over LIBERO suites (rpent eval --help)
+    rpent start ...     a bring-up without ros2 launch (rpent start --list)
+"""
+from __future__ import annotations
+
+import importlib
+import sys
+
+COMMANDS = {
+    "eval": ("rpent.eval.cli", "success rates of a planner and action model over LIBERO "
+                               "suites, in parallel, resumable"),
+    "start": ("rpent.start", "start a bring-up without ros2 launch"),
+}
+
+
+def main(argv=None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if not argv or argv[0] not in COMMANDS:
+        print("usage: rpent COMMAND [...]\n\n" + "\n".join(
+            f"  {name:<8} {help}" for name, (_, help) in COMMANDS.items()),
+            file=sys.stderr if argv and argv[0] not in ("-h", "--help") else sys.stdout)
+        return 0 if argv and argv[0] in ("-h", "--help") else 2
+    module = importlib.import_module(COMMANDS[argv[0]][0])
+    return module.main(argv[1:])
+
+
+if __name__ == "__main__":
+    sys.exit(main())

