@@ -3,11 +3,14 @@ per second against raw LIBERO stepping with the same render settings (goal >= 0.
 
     source scripts/env.sh && python bench/eval_throughput.py [--workers 1 2] [--init-states 0-2]
 
-Each run is a fresh ``rpent eval`` (scripted planner, scripted action model, the default
-cameras at 128x128, render quality low) into a temporary folder. Figures:
+Each run is a fresh ``rpent eval`` (scripted planner, the default cameras at 128x128,
+render quality low) into a temporary folder: with the scripted action model for each
+worker count, then with no model (the planner's move_to / gripper calls only). Figures:
 - episodes/hour: episodes over the whole command's wall time, worker start-up included;
-- harness steps/s per worker: simulator steps over the time workers spent in episodes
-  (reset, agent, model, recording of results), which is what raw stepping compares with.
+- steps/s per worker: simulator steps over the time workers spent in episodes (reset,
+  agent run, verdict, files), and its ratio to raw stepping;
+- harness share: the part of an episode's time outside the agent's own run (reset, goal
+  round trips, waiting for the verdict, pruning files), i.e. what the harness adds.
 """
 from __future__ import annotations
 
@@ -22,26 +25,28 @@ from pathlib import Path
 from libero_raw import raw_step_rate
 
 
-def run_eval(workers: int, tasks: str, init_states: str) -> dict:
+def run_eval(workers: int, tasks: str, init_states: str, *extra: str) -> dict:
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "ev"
         started = time.monotonic()
         proc = subprocess.run(
             [sys.executable, "-m", "rpent.eval", "--suites", "libero_object", "--tasks", tasks,
              "--init-states", init_states, "--workers", str(workers), "--out", str(out),
-             "--keep", "none", "planner:=scripted"], stdout=subprocess.PIPE,
+             "--keep", "none", "planner:=scripted", *extra], stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT, text=True)
         wall = time.monotonic() - started
         if proc.returncode != 0:
             sys.exit(f"rpent eval failed ({proc.returncode}):\n{proc.stdout[-3000:]}")
         records = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
+        agent = sum(json.loads((Path(r["run_dir"]) / "transcript.json").read_text())
+                    ["duration_s"] for r in records)
     steps = sum(r["steps"] for r in records)
     busy = sum(r["wall_time_s"] for r in records)
     return {"workers": workers, "episodes": len(records), "wall_s": wall,
             "episodes_per_hour": len(records) / wall * 3600,
             "successes": sum(r["outcome"] == "success" for r in records),
             "steps": steps, "steps_per_s_per_worker": steps / busy,
-            "steps_per_s_total": steps / wall}
+            "steps_per_s_total": steps / wall, "harness_share": 1 - agent / busy}
 
 
 def main() -> None:
@@ -54,15 +59,16 @@ def main() -> None:
                         "low", 200)
     print(f"raw LiberoSim.step, 2 cameras 128x128, low quality: {raw['steps_per_s']:.1f} "
           "steps/s", flush=True)
-    print("| workers | episodes | successes | wall s | episodes/hour | steps/s per worker "
-          "(in episodes) | ratio to raw | steps/s all workers (wall) |")
-    print("|---|---|---|---|---|---|---|---|")
-    for n in opts.workers:
-        r = run_eval(n, opts.tasks, opts.init_states)
-        print(f"| {n} | {r['episodes']} | {r['successes']} | {r['wall_s']:.0f} | "
+    print("| model | workers | episodes | successes | wall s | episodes/hour | steps/s per "
+          "worker | ratio to raw | steps/s all workers | harness share |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
+    runs = [("scripted", n, ()) for n in opts.workers] + [("none", 1, ("am_backend:=none",))]
+    for model, n, extra in runs:
+        r = run_eval(n, opts.tasks, opts.init_states, *extra)
+        print(f"| {model} | {n} | {r['episodes']} | {r['successes']} | {r['wall_s']:.0f} | "
               f"{r['episodes_per_hour']:.0f} | {r['steps_per_s_per_worker']:.1f} | "
               f"{r['steps_per_s_per_worker'] / raw['steps_per_s']:.2f} | "
-              f"{r['steps_per_s_total']:.1f} |", flush=True)
+              f"{r['steps_per_s_total']:.1f} | {100 * r['harness_share']:.1f}% |", flush=True)
 
 
 if __name__ == "__main__":

@@ -5,6 +5,11 @@ back (text and camera images) exactly as a real model would receive it, with no 
 """
 from __future__ import annotations
 
+import os
+import signal
+import threading
+import time
+
 import pytest
 from pydantic_ai import BinaryContent
 from pydantic_ai.exceptions import ModelHTTPError
@@ -121,18 +126,34 @@ def test_max_turns_ends_a_model_that_never_finishes(robot, tmp_path):
     assert not any(isinstance(c, BinaryContent) for c in seen[2]["observe"])  # images off
 
 
-def test_tool_timeout_is_reported_and_the_robot_stopped(robot, tmp_path):
-    client, info, observer, _ = robot
+def test_a_robot_that_stops_answering_mid_motion_is_reported_and_stopped(robot, tmp_path):
+    """A tool times out when the robot stops reporting progress (a hung node), not when a
+    motion merely takes long; once the robot answers again it is told to stop."""
+    client, info, observer, proc = robot
     client.reset()
-    toolkit, _ = make_toolkit(robot, tmp_path, timeouts=Timeouts(move=0.3))
+    toolkit, _ = make_toolkit(robot, tmp_path, timeouts=Timeouts(move=0.5))
+
+    def hang_mid_motion():
+        wait_until(lambda: observer.state().mode == RobotState.MODE_MOVING, 30,
+                   what="the move starting")
+        os.kill(proc.proc.pid, signal.SIGSTOP)
+        time.sleep(2.0)  # the hang: longer than the tool's timeout
+        os.kill(proc.proc.pid, signal.SIGCONT)
+
+    hang = threading.Thread(target=hang_mid_motion)
+    hang.start()
     model, seen = scripted_model([
         lambda r: [ToolCallPart("move_to", {"x": 0.6, "y": 0.3, "z": 0.5})],
-        lambda r: [ToolCallPart("finish", {"status": "stuck", "summary": "too slow"})],
+        lambda r: [ToolCallPart("finish", {"status": "stuck", "summary": "robot hung"})],
     ])
-    ApiPlanner(model).run(toolkit)
+    try:
+        ApiPlanner(model).run(toolkit)
+    finally:
+        hang.join()
     text = seen[1]["move_to"][0]
-    assert "move_to timed out" in text and "told to stop" in text, text
-    assert toolkit.run.finished == ("stuck", "too slow")
+    assert "move_to timed out" in text and "no progress for 0.5 s" in text, text
+    assert "told to stop" in text, text
+    assert toolkit.run.finished == ("stuck", "robot hung")
     wait_until(lambda: observer.state().mode != RobotState.MODE_MOVING, 5,
                what="the robot stopping after the timeout")
     step = observer.state().episode_step

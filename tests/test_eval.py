@@ -15,6 +15,7 @@ import time
 from pathlib import Path
 
 import pytest
+import yaml
 
 pytestmark = pytest.mark.slow
 
@@ -85,6 +86,17 @@ def node_pids(namespace_prefix: str, executable: str) -> list[int]:
     return pids
 
 
+def second_prefix(ev: Eval) -> str:
+    return f"eval_{ev.proc.pid}_"
+
+
+def bag_counts(bag: Path) -> dict:
+    """Messages per topic, from the bag's rosbag2 metadata."""
+    meta = yaml.safe_load((bag / "metadata.yaml").read_text())["rosbag2_bagfile_information"]
+    return {t["topic_metadata"]["name"]: t["message_count"]
+            for t in meta["topics_with_message_count"]}
+
+
 def records(folder: Path) -> list[dict]:
     return [json.loads(line) for line in (folder / "results.jsonl").read_text().splitlines()]
 
@@ -111,7 +123,8 @@ def test_parallel_evaluation_resumes_after_a_kill_and_reports_what_each_episode_
     before = records(out)
     assert 1 <= len(before) < 4
 
-    second = Eval(*args, command=[rpent])
+    # The rest with every episode's bag and video kept (neither option changes outcomes).
+    second = Eval(*args, "--record", "--keep", "all", command=[rpent])
     assert second.finish(900) == 0, second.output()[-4000:]
     text = second.output()
     assert f"4 episodes selected, {len(before)} already recorded, {4 - len(before)} to run" \
@@ -130,8 +143,16 @@ def test_parallel_evaluation_resumes_after_a_kill_and_reports_what_each_episode_
         assert (r["turns"], r["tool_calls"], r["agent_status"]) == \
             (own["turns"], own["tool_calls"], own["status"])
         assert r["instruction"] and r["steps"] > 0 and r["wall_time_s"] > 0
-        # Videos are kept for failed episodes only (the default --keep failed).
+    for r in before:  # default --keep failed, no --record
+        run_dir = Path(r["run_dir"])
         assert (run_dir / "episode.mp4").exists() == (r["outcome"] != "success")
+        assert not (run_dir / "bag").exists()
+    for r in after[len(before):]:
+        run_dir = Path(r["run_dir"])
+        assert (run_dir / "episode.mp4").exists()
+        counts = bag_counts(run_dir / "bag")
+        assert counts.get(f"/{second_prefix(second)}w{r['worker']}/agent/events", 0) >= 4, counts
+        assert counts.get(f"/{second_prefix(second)}w{r['worker']}/task_status", 0) >= 1, counts
 
     report = json.loads((out / "report.json").read_text())
     for task in report["tasks"]:

@@ -125,3 +125,28 @@ def test_comparison_of_two_evaluations():
     assert "| s 0: task 0 | 20.0% (2/10) | [5.7, 51.0] | 90.0% (9/10) | [59.6, 98.2] | " \
            "+70.0 pp | **no** |" in md
     assert "Only in A (not compared): s 2" in md
+
+
+def test_compare_command_writes_the_table_and_its_json(tmp_path, capsys):
+    from rpent.eval.cli import main
+
+    for name, outcomes in (("base", "sff"), ("new", "ssf")):
+        folder = EvalFolder(tmp_path / name)
+        folder.open({}, {})
+        for i, o in enumerate(outcomes):
+            folder.append(rec("s", 0, i, {"s": "success", "f": "failure"}[o]))
+    out = tmp_path / "cmp.md"
+    assert main(["compare", str(tmp_path / "base"), str(tmp_path / "new" / "results.jsonl"),
+                 "--out", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert printed == out.read_text()
+    assert "| s 0: task 0 | 33.3% (1/3) |" in printed and "+33.3 pp | yes |" in printed
+    rows = json.loads(out.with_suffix(".json").read_text())
+    assert rows["overall"]["difference"] == pytest.approx(1 / 3)
+
+
+def test_report_command_on_a_missing_folder_says_what_to_give(tmp_path, capsys):
+    from rpent.eval.cli import main
+
+    assert main(["report", str(tmp_path / "nothing")]) == 2
+    assert "give an evaluation folder" in capsys.readouterr().err

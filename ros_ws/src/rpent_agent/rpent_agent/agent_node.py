@@ -67,8 +67,9 @@ class AgentNode(Node):
                                    "may execute per run; 0 = no agent cap (the robot's own "
                                    "cap still applies)", _non_negative_int)
         self.timeouts = Timeouts(
-            move=d("move_timeout", 60.0, "s to wait for a move_to result", params.positive),
-            gripper=d("gripper_timeout", 20.0, "s to wait for a gripper result",
+            move=d("move_timeout", 60.0, "s a move_to may go without progress from the robot",
+                   params.positive),
+            gripper=d("gripper_timeout", 20.0, "s a gripper command may go without progress",
                       params.positive),
             policy=d("policy_timeout", 120.0, "s a run_policy call may take", params.positive),
             service=d("service_timeout", 10.0, "s to wait for a service answer",

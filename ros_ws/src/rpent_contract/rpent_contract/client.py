@@ -2,6 +2,8 @@
 
 Hides action-client boilerplate (like nav2_simple_commander): every call is bounded by
 a timeout and raises :class:`ContractTimeout` with a hint when the robot does not answer.
+For motions (execute_chunk, move_to, gripper) the timeout is the time the robot may go
+without reporting progress, so a long motion on a slow machine still completes.
 
     client = RobotClient(namespace="robot1")
     client.wait_ready(30)
@@ -10,6 +12,7 @@ a timeout and raises :class:`ContractTimeout` with a hint when the robot does no
 from __future__ import annotations
 
 import threading
+import time
 import uuid
 from typing import Callable, Optional, Sequence
 
@@ -50,9 +53,11 @@ def wait_future(future, timeout: float, what: str):
 class GoalRun:
     """A sent goal: wait for its result or cancel it."""
 
-    def __init__(self, handle, what: str):
+    def __init__(self, handle, what: str, progress: Optional[list] = None):
         self.handle, self._what = handle, what
         self._result_future = handle.get_result_async()
+        # progress[0]: monotonic time of the goal's acceptance or its latest feedback.
+        self._progress = progress if progress is not None else [time.monotonic()]
 
     @classmethod
     def send(cls, client: ActionClient, goal, feedback: Optional[Callable], timeout: float,
@@ -61,17 +66,46 @@ class GoalRun:
         if not client.wait_for_server(timeout_sec=timeout):
             raise ContractTimeout(f"action '{what}' not available after {timeout:g} s; is "
                                   f"{server} running?")
-        handle = wait_future(client.send_goal_async(goal, feedback_callback=feedback), timeout,
-                             f"{what} goal")
+        progress = [time.monotonic()]
+
+        def on_feedback(msg):
+            progress[0] = time.monotonic()
+            if feedback is not None:
+                feedback(msg)
+
+        handle = wait_future(client.send_goal_async(goal, feedback_callback=on_feedback),
+                             timeout, f"{what} goal")
         if not handle.accepted:
             raise RuntimeError(f"{what} goal was rejected by {server}")
-        return cls(handle, what)
+        progress[0] = time.monotonic()
+        return cls(handle, what, progress)
 
     def done(self) -> bool:
         return self._result_future.done()
 
     def result(self, timeout: float):
         response = wait_future(self._result_future, timeout, f"{self._what} result")
+        return response.status, response.result
+
+    def result_while_progressing(self, idle_timeout: float):
+        """The result of a goal whose server reports progress (feedback) as it goes: waits as
+        long as feedback keeps coming, and fails only after ``idle_timeout`` s without any.
+
+        A motion's length is bounded by the robot itself (step caps, simulated-time limits);
+        the client only has to notice a server that died or hangs. A total wall-clock limit
+        would instead fail long motions on a slow or loaded machine, making outcomes depend
+        on the machine.
+        """
+        done = threading.Event()
+        self._result_future.add_done_callback(lambda _f: done.set())
+        while not done.wait(0.05):
+            idle = time.monotonic() - self._progress[0]
+            if idle > idle_timeout:
+                raise ContractTimeout(
+                    f"{self._what} made no progress for {idle_timeout:g} s (no feedback, no "
+                    "result); check that the robot node is running in this ROS domain and "
+                    "namespace (ros2 node list)")
+        response = self._result_future.result()
         return response.status, response.result
 
     def cancel(self, timeout: float = 5.0):
@@ -153,7 +187,7 @@ class RobotClient:
                       feedback=None, timeout: float = 120.0):
         goal = ExecuteChunk.Goal(stop_on_success=stop_on_success)
         array_to_chunk(np.asarray(actions, dtype=np.float64), control_space, goal.chunk)
-        return self.send("execute_chunk", goal, feedback).result(timeout)
+        return self.send("execute_chunk", goal, feedback).result_while_progressing(timeout)
 
     def move_to(self, position: Sequence[float], orientation: Optional[Sequence[float]] = None,
                 feedback=None, timeout: float = 120.0, **options):
@@ -161,8 +195,8 @@ class RobotClient:
         goal = MoveTo.Goal(position_only=orientation is None, **options)
         pose_to_msg(position, orientation if orientation is not None else (0, 0, 0, 1),
                     goal.target.pose)
-        return self.send("move_to", goal, feedback).result(timeout)
+        return self.send("move_to", goal, feedback).result_while_progressing(timeout)
 
     def gripper(self, width: float, max_effort: float = 0.0, timeout: float = 60.0):
         goal = GripperCommand.Goal(position=float(width), max_effort=float(max_effort))
-        return self.send("gripper_command", goal).result(timeout)
+        return self.send("gripper_command", goal).result_while_progressing(timeout)

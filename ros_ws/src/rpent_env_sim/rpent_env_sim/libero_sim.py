@@ -296,16 +296,18 @@ class LiberoSim:
         `settle_steps` no-op actions (gripper open) are stepped without rendering
         because LIBERO's initial states are not at rest; the step counter is then 0.
         """
-        if task_id is not None and int(task_id) != self.task_id:
-            self._load_task(self._check_task_id(task_id))
-        if init_state_index is not None:
-            self.init_state_index = self._check_init_index(int(init_state_index))
-        else:
-            self._check_init_index(self.init_state_index)
-        if seed is not None:
-            self.seed = int(seed)
+        # Everything is checked before anything changes: a refused reset leaves the
+        # current task and episode as they were.
+        task = self.task_id if task_id is None else self._check_task_id(task_id)
+        index = self.init_state_index if init_state_index is None else int(init_state_index)
+        self._check_init_index(task, index)
         if int(settle_steps) < 0:
             raise ValueError(f"settle_steps must be >= 0, got {settle_steps}")
+        if task != self.task_id:
+            self._load_task(task)
+        self.init_state_index = index
+        if seed is not None:
+            self.seed = int(seed)
 
         env = self._env
         # LIBERO's reset re-samples fixture placements from numpy's global RNG
@@ -412,16 +414,8 @@ class LiberoSim:
             )
         return task_id
 
-    def _check_init_index(self, index: int) -> int:
-        if not 0 <= index < self.n_init_states:
-            raise ValueError(
-                f"init_state_index {index} out of range for {self.suite}/{self.task_name}: "
-                f"valid 0..{self.n_init_states - 1}"
-            )
-        return index
-
-    def _load_task(self, task_id: int) -> None:
-        _, get_libero_path, OffScreenRenderEnv = _import_libero()
+    def _task_init_states(self, task_id: int) -> np.ndarray:
+        """A runnable task's recorded initial states; FileNotFoundError says what is missing."""
         problems = _task_resource_problems(self._bench, task_id)
         if problems:
             raise FileNotFoundError(
@@ -429,12 +423,28 @@ class LiberoSim:
                 f"{'; '.join(problems)}. Pick another task, or list complete suites with "
                 "LiberoSim.available_suites(ready_only=True) / `libero-pro audit`."
             )
-        task = self._bench.get_task(task_id)
         init_states = self._bench.get_task_init_states(task_id)
         if init_states.ndim != 2 or len(init_states) == 0:
             raise FileNotFoundError(
-                f"{self.suite} task {task_id} ({task.name}) has no initial states upstream"
+                f"{self.suite} task {task_id} ({self._bench.get_task(task_id).name}) has no "
+                "initial states upstream"
             )
+        return init_states
+
+    def _check_init_index(self, task_id: int, index: int) -> int:
+        count = (self.n_init_states if task_id == self.task_id
+                 else len(self._task_init_states(task_id)))
+        if not 0 <= index < count:
+            raise ValueError(
+                f"init_state_index {index} out of range for {self.suite} task {task_id} "
+                f"({self._bench.get_task(task_id).name}): valid 0..{count - 1}"
+            )
+        return index
+
+    def _load_task(self, task_id: int) -> None:
+        _, get_libero_path, OffScreenRenderEnv = _import_libero()
+        init_states = self._task_init_states(task_id)
+        task = self._bench.get_task(task_id)
 
         self.close()
         bddl = Path(get_libero_path("bddl_files")) / task.problem_folder / task.bddl_file

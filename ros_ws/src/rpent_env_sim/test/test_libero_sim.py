@@ -94,6 +94,15 @@ def test_out_of_range_reset_arguments_leave_the_sim_usable(sim):
     assert sim.reset(init_state_index=0).step == 0
 
 
+def test_a_refused_reset_to_another_task_leaves_the_task_as_it_was(sim):
+    before = (sim.task_id, sim.task_name, sim.instruction, sim.init_state_index)
+    with pytest.raises(ValueError, match=r"init_state_index 2147483647 out of range for "
+                                         r"libero_object task 1 .*0\.\.49"):
+        sim.reset(task_id=1, init_state_index=2**31 - 1)
+    assert (sim.task_id, sim.task_name, sim.instruction, sim.init_state_index) == before
+    assert sim.reset().step == 0
+
+
 @pytest.mark.parametrize(
     "action, message",
     [

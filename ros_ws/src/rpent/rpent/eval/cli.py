@@ -53,10 +53,12 @@ def parse_indices(spec: str, count: int, what: str) -> list[int]:
 
 
 def _libero():
-    # LIBERO's task parser (lark) warns about deprecated modules on import.
-    warnings.filterwarnings("ignore", category=DeprecationWarning, module="lark")
     from rpent_env_sim import libero_sim
 
+    # LIBERO's task parser (lark) warns about deprecated modules while the suites load.
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        libero_sim.LiberoSim.available_suites()
     return libero_sim
 
 
@@ -177,7 +179,7 @@ def report_main(argv: list[str]) -> int:
     folder = path if path.is_dir() else path.parent
     records = load_records(path)
     write_report(records, folder, opts.title or f"RPent evaluation: {folder.name}")
-    print((folder / "report.md").read_text())
+    print((folder / "report.md").read_text(), end="")
     return 0
 
 
@@ -196,7 +198,7 @@ def compare_main(argv: list[str]) -> int:
         out = Path(opts.out)
         out.write_text(text)
         out.with_suffix(".json").write_text(json.dumps(rows, indent=1))
-    print(text)
+    print(text, end="")
     return 0
 
 
