@@ -33,6 +33,21 @@ def test_no_episodes_is_an_uninformative_interval():
     assert wilson(0, 0) == (0.0, 1.0)
 
 
+@pytest.mark.parametrize("n", range(1, 60))
+def test_intervals_contain_their_estimate_exactly_at_the_ends(n):
+    assert wilson(0, n)[0] == 0.0 and wilson(n, n)[1] == 1.0
+    for k in range(n + 1):
+        low, high = wilson(k, n)
+        assert low <= k / n <= high
+
+
+def test_a_plot_of_all_failures_and_all_successes(tmp_path):
+    records = [rec("s", 0, i, "failure") for i in range(3)] + \
+        [rec("s", 1, i, "success") for i in range(7)]
+    write_report(records, tmp_path, "ends")
+    assert (tmp_path / "success_per_task.png").stat().st_size > 0
+
+
 @pytest.mark.parametrize("spec, expect", [("all", [0, 1, 2, 3]), ("2", [2]), ("0-2", [0, 1, 2]),
                                           ("3,0-1", [0, 1, 3])])
 def test_selections(spec, expect):

@@ -50,8 +50,8 @@ def plot(report: dict, path: Path, title: str) -> Path:
     tasks = report["tasks"]
     labels = [f"{t['suite']}/{t['task_id']}" for t in tasks]
     rates = [100 * (t["success_rate"] or 0.0) for t in tasks]
-    low = [r - 100 * t["ci95"][0] for r, t in zip(rates, tasks)]
-    high = [100 * t["ci95"][1] - r for r, t in zip(rates, tasks)]
+    low = [max(0.0, r - 100 * t["ci95"][0]) for r, t in zip(rates, tasks)]
+    high = [max(0.0, 100 * t["ci95"][1] - r) for r, t in zip(rates, tasks)]
     fig, ax = plt.subplots(figsize=(max(6.0, 0.35 * len(tasks) + 2), 4.5))
     ax.bar(range(len(tasks)), rates, yerr=[low, high], capsize=3, color="#4878a8")
     ax.set_xticks(range(len(tasks)), labels, rotation=75, ha="right", fontsize=8)

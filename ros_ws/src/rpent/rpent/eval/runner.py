@@ -8,6 +8,7 @@ import signal
 import sys
 import threading
 import time
+import traceback
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
@@ -152,6 +153,7 @@ class Evaluation:
         self.config = config
         self.folder = EvalFolder(config.folder)
         self._stop = threading.Event()
+        self._crashed: list = []
         self._run_id = f"eval_{os.getpid()}"
 
     # --- the nodes ---------------------------------------------------------------------------
@@ -239,7 +241,8 @@ class Evaluation:
             what = f"{n} worker(s), each a LIBERO robot and an agent" + (
                 ", sharing one action-model node" if model_spec else "")
             progress.say(f"[eval] starting {what}; logs in {logs}")
-            threads = [threading.Thread(target=self._drain, args=(w, queue, progress, digest),
+            threads = [threading.Thread(target=self._drain_guarded,
+                                        args=(w, queue, progress, digest),
                                         name=f"eval-worker-{w.index}") for w in workers]
             for t in threads:
                 t.start()
@@ -254,11 +257,24 @@ class Evaluation:
             for s, handler in previous.items():
                 signal.signal(s, handler)
             rclpy.try_shutdown()
+        if self._crashed:
+            print(f"[eval] the harness failed ({'; '.join(self._crashed)}); finished episodes "
+                  "are recorded, run the same command again to finish the rest", flush=True)
+            return 1
         if self._stop.is_set():
             print("[eval] interrupted: finished episodes are recorded; run the same command "
                   "again to finish the rest", flush=True)
             return 130
         return 0
+
+    def _drain_guarded(self, worker: Worker, *args) -> None:
+        """A worker thread that fails stops the evaluation instead of vanishing."""
+        try:
+            self._drain(worker, *args)
+        except Exception as err:  # noqa: BLE001 - reported, and the evaluation stops
+            self._crashed.append(f"worker {worker.index}: {type(err).__name__}: {err}")
+            traceback.print_exc()
+            self._stop.set()
 
     def _drain(self, worker: Worker, queue: EpisodeQueue, progress: Progress,
                digest: str) -> None:
@@ -313,7 +329,11 @@ class Evaluation:
             except EpisodeRefused as err:
                 errors.append(str(err))
                 break
-            except HarnessError as err:
+            except Exception as err:  # noqa: BLE001 - a harness bug must not lose the episode
+                if not isinstance(err, HarnessError):
+                    with open(self.folder.path / "logs" / "harness-errors.log", "a") as log:
+                        log.write(f"{episode.key} attempt {attempt}:\n{traceback.format_exc()}\n")
+                    err = f"{type(err).__name__}: {err} (traceback in logs/harness-errors.log)"
                 errors.append(f"attempt {attempt}: {err}")
                 progress.say(f"[eval] worker {worker.index}, {episode.key} attempt {attempt}: "
                              f"{err}; restarting the worker")

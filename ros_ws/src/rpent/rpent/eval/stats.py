@@ -20,7 +20,11 @@ def wilson(successes: int, n: int, z: float = Z95) -> tuple[float, float]:
     denom = 1 + z * z / n
     centre = (p + z * z / (2 * n)) / denom
     half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / denom
-    return max(0.0, centre - half), min(1.0, centre + half)
+    # Exact at the ends: rounding must not put 0/n's lower bound above 0 (or n/n's upper
+    # bound below 1), i.e. outside the interval's own estimate.
+    low = 0.0 if successes == 0 else max(0.0, centre - half)
+    high = 1.0 if successes == n else min(1.0, centre + half)
+    return low, high
 
 
 def _mean(records, key) -> float:

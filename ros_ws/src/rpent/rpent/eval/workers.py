@@ -233,6 +233,7 @@ class Worker:
 
     def _start_recorder(self, run_dir: Path, deadline: float) -> LoggedProcess:
         spec = recorder(self.namespace, str(run_dir / "bag"))
+        run_dir.mkdir(parents=True, exist_ok=True)
         proc = LoggedProcess(spec.argv(), run_dir / "recorder.log", "recorder")
         events = f"/{self.namespace}/agent/events"
         # Recording starts once the recorder listens to the agent, which only it does here.
