@@ -97,6 +97,13 @@ def bag_counts(bag: Path) -> dict:
             for t in meta["topics_with_message_count"]}
 
 
+def assert_node_names_unique(out: Path) -> None:
+    """rcl warns when two nodes in one process share a name (their goal responses get
+    lost): no worker node may print it."""
+    for log in (out / "logs").glob("*.log"):
+        assert "already registered for node name" not in log.read_text(), log
+
+
 def records(folder: Path) -> list[dict]:
     return [json.loads(line) for line in (folder / "results.jsonl").read_text().splitlines()]
 
@@ -154,6 +161,7 @@ def test_parallel_evaluation_resumes_after_a_kill_and_reports_what_each_episode_
         assert counts.get(f"/{second_prefix(second)}w{r['worker']}/agent/events", 0) >= 4, counts
         assert counts.get(f"/{second_prefix(second)}w{r['worker']}/task_status", 0) >= 1, counts
 
+    assert_node_names_unique(out)
     report = json.loads((out / "report.json").read_text())
     for task in report["tasks"]:
         mine = [r for r in after if r["task_id"] == task["task_id"]]
@@ -189,5 +197,6 @@ def test_a_worker_killed_mid_episode_is_retried_then_recorded_as_an_error(tmp_pa
     assert record["outcome"] == "error" and record["attempts"] == 2
     assert record["native_success"] is None
     assert record["error"].count("exited with code -9") == 2
+    assert_node_names_unique(out)
     report = json.loads((out / "report.json").read_text())
     assert report["overall"]["errors"] == 1 and report["overall"]["episodes"] == 0

@@ -113,12 +113,17 @@ class GoalRun:
 
 
 class RobotClient:
-    """Blocking client of one robot (optionally namespaced); spins its own node."""
+    """Blocking client of one robot (optionally namespaced); spins its own node.
+
+    The node ignores the process's command-line ROS arguments: a launch file names the
+    node it starts with a process-wide ``__node:=`` rule, which would give this inner node
+    the same name (two nodes of one name in one process lose action goal responses).
+    """
 
     def __init__(self, namespace: str = "", node_name: Optional[str] = None, context=None):
         self.node = rclpy.create_node(
             node_name or f"rpent_robot_client_{uuid.uuid4().hex[:8]}", namespace=namespace,
-            context=context)
+            context=context, use_global_arguments=False)
         self._executor = MultiThreadedExecutor(num_threads=2, context=context)
         self._executor.add_node(self.node)
         self._spin = threading.Thread(target=self._executor.spin, daemon=True)

@@ -26,6 +26,7 @@ from .workers import (
     EpisodeRefused,
     HarnessError,
     ModelService,
+    Spawner,
     Worker,
     prune_files,
 )
@@ -229,7 +230,8 @@ class Evaluation:
         previous = {s: signal.signal(s, lambda *_: self._stop.set())
                     for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
         model_spec, model_name = self._model()
-        model = ModelService(model_spec, logs)
+        spawn = Spawner()
+        model = ModelService(model_spec, logs, spawn)
         progress = Progress(len(todo), earlier)
         workers = []
         try:
@@ -254,6 +256,7 @@ class Evaluation:
             for w in workers:
                 w.close()
             model.stop()
+            spawn.close()
             for s, handler in previous.items():
                 signal.signal(s, handler)
             rclpy.try_shutdown()

@@ -68,12 +68,28 @@ class EpisodeLimits:
     timeout: float  # s for the whole episode, reset included
 
 
+class Spawner:
+    """Starts every process of an evaluation from one thread that lives as long as the
+    evaluation: a child dies with the thread that started it (see LoggedProcess), and a
+    worker thread ends as soon as the queue is empty while the others still need, say, the
+    model node it restarted."""
+
+    def __init__(self):
+        self._thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="eval-spawner")
+
+    def __call__(self, cmd: list, log_path: Path, name: str) -> LoggedProcess:
+        return self._thread.submit(LoggedProcess, cmd, log_path, name).result()
+
+    def close(self) -> None:
+        self._thread.shutdown(wait=True)
+
+
 class NodeGroup:
     """Processes started from bring-up node descriptions, each with its own log file."""
 
-    def __init__(self, specs: list[NodeSpec], log_dir: Path, prefix: str):
+    def __init__(self, specs: list[NodeSpec], log_dir: Path, prefix: str, spawn: Spawner):
         log_dir.mkdir(parents=True, exist_ok=True)
-        self.procs = [LoggedProcess(s.argv(), log_dir / f"{prefix}{s.name}.log", s.name)
+        self.procs = [spawn(s.argv(), log_dir / f"{prefix}{s.name}.log", s.name)
                       for s in specs]
 
     def dead(self) -> Optional[str]:
@@ -94,8 +110,8 @@ class NodeGroup:
 class ModelService:
     """The action-model node the workers share; restarted when it dies."""
 
-    def __init__(self, spec: Optional[NodeSpec], log_dir: Path):
-        self.spec, self.log_dir = spec, log_dir
+    def __init__(self, spec: Optional[NodeSpec], log_dir: Path, spawn: Spawner):
+        self.spec, self.log_dir, self.spawn = spec, log_dir, spawn
         self.group: Optional[NodeGroup] = None
         self.starts = 0
         self._lock = threading.Lock()  # workers restarting at once start one model
@@ -107,7 +123,8 @@ class ModelService:
             if self.group is not None:
                 self.group.stop()
             self.starts += 1
-            self.group = NodeGroup([self.spec], self.log_dir, f"model.{self.starts}.")
+            self.group = NodeGroup([self.spec], self.log_dir, f"model.{self.starts}.",
+                                   self.spawn)
 
     def dead(self) -> Optional[str]:
         return None if self.group is None else self.group.dead()
@@ -124,6 +141,7 @@ class Worker:
                  model: ModelService, record: bool, stopping: threading.Event):
         self.index, self.namespace, self.specs = index, namespace, specs
         self.log_dir, self.model, self.record = log_dir, model, record
+        self.spawn = model.spawn
         self.stopping = stopping
         self.group: Optional[NodeGroup] = None
         self.client: Optional[RobotClient] = None
@@ -139,7 +157,8 @@ class Worker:
         self.stop()
         self.model.ensure_running()
         self.starts += 1
-        self.group = NodeGroup(self.specs, self.log_dir, f"w{self.index}.{self.starts}.")
+        self.group = NodeGroup(self.specs, self.log_dir, f"w{self.index}.{self.starts}.",
+                               self.spawn)
         self.client = RobotClient(namespace=self.namespace,
                                   node_name=f"eval_client_{self.starts}")
         self.observer = RobotObserver(self.client.node, [])
@@ -234,11 +253,15 @@ class Worker:
     def _start_recorder(self, run_dir: Path, deadline: float) -> LoggedProcess:
         spec = recorder(self.namespace, str(run_dir / "bag"))
         run_dir.mkdir(parents=True, exist_ok=True)
-        proc = LoggedProcess(spec.argv(), run_dir / "recorder.log", "recorder")
+        proc = self.spawn(spec.argv(), run_dir / "recorder.log", "recorder")
         events = f"/{self.namespace}/agent/events"
         # Recording starts once the recorder listens to the agent, which only it does here.
-        self._watch(lambda: True if self.client.node.count_subscribers(events) else
-                    (_recorder_failed(proc)), deadline, "the recorder")
+        try:
+            self._watch(lambda: True if self.client.node.count_subscribers(events) else
+                        (_recorder_failed(proc)), deadline, "the recorder")
+        except BaseException:
+            proc.stop()
+            raise
         return proc
 
 
