@@ -71,7 +71,8 @@ class AgentNode(Node):
                    params.positive),
             gripper=d("gripper_timeout", 20.0, "s a gripper command may go without progress",
                       params.positive),
-            policy=d("policy_timeout", 120.0, "s a run_policy call may take", params.positive),
+            policy=d("policy_timeout", 120.0, "s a run_policy call may go without a step "
+                     "executed", params.positive),
             service=d("service_timeout", 10.0, "s to wait for a service answer",
                       params.positive))
         self.images = d("images", True, "attach the camera images to every tool result")

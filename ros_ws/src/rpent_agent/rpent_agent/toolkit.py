@@ -48,8 +48,9 @@ class Tool:
 @dataclass
 class Timeouts:
     """Seconds each kind of tool waits for the robot before it reports a timeout; for
-    move_to and gripper, seconds without progress from the robot (a motion that goes on is
-    bounded by the robot's own limits, not by how fast this machine steps it)."""
+    move_to, gripper and run_policy, seconds without progress (a motion that goes on is
+    bounded by the robot's own limits and the step budgets, not by how fast this machine
+    steps it)."""
     move: float = 60.0
     gripper: float = 20.0
     policy: float = 120.0

@@ -63,12 +63,17 @@ class ChunkExecutor:
     def run(self, instruction: str, *, max_steps: int = 600, max_chunks: int = 0,
             stop_on_success: bool = True, timeout: float = 120.0,
             client_id: str = "") -> ExecutionReport:
+        """Stream ``instruction`` to the robot until success, a budget (``max_steps``,
+        ``max_chunks``), the end of the stream or cancel. ``timeout`` is the time the run may
+        go without a step executed: a hung model or robot ends it, a slow machine does not
+        (a wall-clock budget would make the outcome depend on the machine's speed)."""
         self._cancel.clear()
         report = ExecutionReport("error", "")
         wake = threading.Condition()
         newest: list = []  # at most one chunk waiting: the newest
         stamps: list = []
-        state = {"running": None, "since_switch": 0, "stream_done": False, "success": False}
+        state = {"running": None, "since_switch": 0, "stream_done": False, "success": False,
+                 "progress_at": time.monotonic()}
 
         def on_chunk(chunk):
             with wake:
@@ -80,11 +85,10 @@ class ChunkExecutor:
                                    robot_namespace=self.robot_namespace)
         stream_result = stream.handle.get_result_async()
         stream_result.add_done_callback(lambda _f: self._notify_done(wake, state))
-        deadline = time.monotonic() + timeout
         try:
             report.outcome, report.message = self._loop(
                 wake, newest, stamps, state, report, stop_on_success, max_steps, max_chunks,
-                deadline)
+                timeout)
         finally:
             if not stream_result.done():
                 stream.cancel()
@@ -103,7 +107,7 @@ class ChunkExecutor:
             wake.notify_all()
 
     def _loop(self, wake, newest, stamps, state, report, stop_on_success, max_steps, max_chunks,
-              deadline):
+              idle_timeout):
         while True:
             with wake:
                 while True:
@@ -124,9 +128,10 @@ class ChunkExecutor:
                     if idle and (spent or (state["stream_done"] and not newest)):
                         return "chunks_done", (f"executed {report.chunks_executed} chunks of "
                                                f"{report.chunks_received} received")
-                    left = deadline - time.monotonic()
+                    left = state["progress_at"] + idle_timeout - time.monotonic()
                     if left <= 0:
-                        return "timeout", f"no progress within the time budget ({len(stamps)} steps)"
+                        return "timeout", (f"no step executed for {idle_timeout:g} s "
+                                           f"({len(stamps)} steps in all)")
                     wake.wait(min(left, 0.5))
                 steps_so_far = list(stamps)
             try:
@@ -160,6 +165,7 @@ class ChunkExecutor:
             f = fb.feedback
             with wake:
                 stamps.append(f.stamp.sec * 1_000_000_000 + f.stamp.nanosec)
+                state["progress_at"] = time.monotonic()
                 state["since_switch"] += 1
                 state["success"] = state["success"] or f.task_success
                 wake.notify_all()
