@@ -18,6 +18,8 @@ Launch arguments (name, default, what):
   am_backend         scripted         scripted | lerobot | openpi | rpent_http | none
   am_checkpoint      ''               LeRobot checkpoint folder (am_backend:=lerobot)
   am_endpoint        ''               policy server: host:port (openpi), http://... (rpent_http)
+  perception         auto             segment/locate tools for the agent: auto (sim when privileged:=false, else none) | sim | sam3_http | none
+  sam3_endpoint      ''               SAM3 server, http://HOST:PORT (perception:=sam3_http)
   dashboard          false            start the Foxglove bridge (ws://127.0.0.1:8765)
   record             false            record a rosbag2 (MCAP) into the run folder
   namespace          ''               namespace of this robot's topics, actions and services

@@ -115,6 +115,13 @@ def model_args(backend: str) -> tuple:
     Argument("am_checkpoint", "", "LeRobot checkpoint folder (am_backend:=lerobot)"),
         Argument("am_endpoint", "", "policy server: host:port (openpi), http://... (rpent_http)"),
     )
+def perception_args(default: str, choices: str) -> tuple:
+    return (
+        Argument("perception", default, f"segment/locate tools for the agent: {choices}"),
+        Argument("sam3_endpoint", "", "SAM3 server, http://HOST:PORT (perception:=sam3_http)"),
+    )
+
+
 VIEW_ARGS = (
     Argument("dashboard", "false", "start the Foxglove bridge (ws://127.0.0.1:8765)"),
     Argument("record", "false", "record a rosbag2 (MCAP) into the run folder"),
@@ -146,6 +153,17 @@ def model_nodes(args: dict, ns: str) -> tuple[list, str]:
         params["endpoint"] = args["am_endpoint"]
     node = NodeSpec("rpent_am", "am_node", "action_model", ns, parameters=params)
     return [node], (f"/{ns}/action_model" if ns else "/action_model")
+
+
+def perception_nodes(args: dict, ns: str, backend: str) -> tuple[list, str]:
+    """The perception node to start (if any) and its name for the agent."""
+    if backend == "none":
+        return [], ""
+    params = {"backend": backend}
+    if args["sam3_endpoint"]:
+        params["sam3_endpoint"] = args["sam3_endpoint"]
+    return [NodeSpec("rpent_perception", "perception_node", "perception", ns,
+                     parameters=params)], "perception"
 
 
 def view_nodes(args: dict, ns: str, folder: str) -> list:
@@ -182,7 +200,8 @@ def recorder(ns: str, bag: str) -> NodeSpec:
                     params_files=[_config("recorder.yaml")], parameters={"bag_path": bag})
 
 
-def agent_node(args: dict, ns: str, folder: str, model: str, max_steps: str) -> NodeSpec:
+def agent_node(args: dict, ns: str, folder: str, model: str, max_steps: str,
+               perception: str) -> NodeSpec:
     return NodeSpec(
         "rpent_agent", "agent_node", "agent", ns,
         params_files=[_config("agent.yaml")],
@@ -190,7 +209,8 @@ def agent_node(args: dict, ns: str, folder: str, model: str, max_steps: str) -> 
                     "base_url": args["base_url"], "instruction": args["instruction"],
                     "max_turns": int(args["max_turns"]), "max_episode_steps": int(max_steps),
                     "output_dir": os.path.abspath(args["output_dir"]), "run_dir": folder,
-                    "action_model": model, "robot_namespace": ns, "run_at_startup": True},
+                    "action_model": model, "perception": perception,
+                    "robot_namespace": ns, "run_at_startup": True},
         required=True)
 
 
@@ -208,7 +228,13 @@ def _libero_sim(args: dict) -> list:
         parameters={**task, "max_episode_steps": int(args["max_episode_steps"]),
                     "privileged": _flag(args["privileged"])})
     models, model = model_nodes(args, ns)
-    return [robot, *models, agent_node(args, ns, folder, model, args["max_episode_steps"]),
+    # A run without the simulator's object poses needs perception to find anything.
+    backend = args["perception"]
+    if backend == "auto":
+        backend = "none" if _flag(args["privileged"]) else "sim"
+    eyes, perception = perception_nodes(args, ns, backend)
+    return [robot, *models, *eyes,
+            agent_node(args, ns, folder, model, args["max_episode_steps"], perception),
             *view_nodes(args, ns, folder)]
 
 
@@ -219,7 +245,9 @@ def _franka(args: dict) -> list:
                      params_files=robot_params(args, "franka.yaml"),
                      parameters={"robot_ip": args["robot_ip"]})
     models, model = model_nodes(args, ns)
-    return [robot, *models, agent_node(args, ns, folder, model, args["max_episode_steps"]),
+    eyes, perception = perception_nodes(args, ns, args["perception"])
+    return [robot, *models, *eyes,
+            agent_node(args, ns, folder, model, args["max_episode_steps"], perception),
             *view_nodes(args, ns, folder)]
 
 
@@ -230,7 +258,9 @@ def _so101(args: dict) -> list:
                      params_files=robot_params(args, "so101.yaml"),
                      parameters={"port": args["port"], "robot_id": args["robot_id"]})
     models, model = model_nodes(args, ns)
-    return [robot, *models, agent_node(args, ns, folder, model, args["max_episode_steps"]),
+    eyes, perception = perception_nodes(args, ns, args["perception"])
+    return [robot, *models, *eyes,
+            agent_node(args, ns, folder, model, args["max_episode_steps"], perception),
             *view_nodes(args, ns, folder)]
 
 
@@ -253,16 +283,20 @@ BRINGUPS = {b.name: b for b in (
         Argument("max_episode_steps", "600", "simulator steps before the episode ends"),
         Argument("privileged", "true", "false: no object poses or native success for the "
                                        "agent, as on a real arm"),
-        *AGENT_ARGS, *model_args("scripted"), *VIEW_ARGS), _libero_sim),
+        *AGENT_ARGS, *model_args("scripted"),
+        *perception_args("auto", "auto (sim when privileged:=false, else none) | sim | "
+                                 "sam3_http | none"), *VIEW_ARGS), _libero_sim),
     Bringup("franka", "a Franka FR3 through franky, action model, agent", (
         Argument("robot_ip", "172.16.0.2", "address of the robot's control unit"),
         Argument("max_episode_steps", "1000", "control steps before the episode ends"),
-        *AGENT_ARGS, *model_args("none"), *VIEW_ARGS), _franka),
+        *AGENT_ARGS, *model_args("none"), *perception_args("none", "sam3_http | none"),
+        *VIEW_ARGS), _franka),
     Bringup("so101", "an SO-101 arm through LeRobot, action model, agent", (
         Argument("port", "/dev/ttyACM0", "serial port of the arm's Feetech bus"),
         Argument("robot_id", "so101_follower", "LeRobot robot id (names the calibration file)"),
         Argument("max_episode_steps", "1000", "control steps before the episode ends"),
-        *AGENT_ARGS, *model_args("none"), *VIEW_ARGS), _so101),
+        *AGENT_ARGS, *model_args("none"), *perception_args("none", "sam3_http | none"),
+        *VIEW_ARGS), _so101),
     Bringup("action_model", "only the action-model node (for a GPU host)", (
         Argument("am_backend", "lerobot", "scripted | lerobot | openpi | rpent_http"),
         Argument("am_checkpoint", "", "LeRobot checkpoint folder"),

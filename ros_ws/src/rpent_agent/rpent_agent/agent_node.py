@@ -86,6 +86,9 @@ class AgentNode(Node):
         self.robot_namespace = d("robot_namespace", "", "namespace of the robot contract")
         self.action_model = d("action_model", "", "action-model node name (e.g. "
                               "/action_model) for the run_policy tool; empty = no policy tool")
+        self.perception = d("perception", "", "perception node (e.g. perception, relative to "
+                            "the robot namespace) for the segment and locate tools; empty = "
+                            "no perception tools")
         self.mcp_host = d("mcp_host", "127.0.0.1", "mcp planner: address to serve on")
         self.mcp_port = d("mcp_port", 8765, "mcp planner: TCP port",
                           lambda v: None if 0 < v < 65536 else "must be 1..65535")
@@ -114,13 +117,14 @@ class AgentNode(Node):
             self.observer = RobotObserver(self.robot.node, self.info.camera_names)
             self.observer.wait_ready(self.startup_timeout)
             self.executor_, self.model_meta = self._connect_action_model()
+            self.perception_client = self._connect_perception()
             self.planner = self._make_planner()
         except TimeoutError as err:
             self.robot.close()
             raise TimeoutError(
-                f"{err}. Start the robot node (and the action model, if action_model is set) "
-                f"first, and check robot_namespace ('{self.robot_namespace}') and "
-                "ROS_DOMAIN_ID") from None
+                f"{err}. Start the robot node (and the action model and perception node, if "
+                "action_model / perception are set) first, and check robot_namespace "
+                f"('{self.robot_namespace}') and ROS_DOMAIN_ID") from None
         except Exception:
             self.robot.close()
             raise
@@ -144,6 +148,15 @@ class AgentNode(Node):
         meta = model.connect(self.info, timeout=self.startup_timeout)
         return ChunkExecutor(self.robot, model, robot_namespace=self.robot_namespace), meta
 
+    def _connect_perception(self):
+        if not self.perception:
+            return None
+        from rpent_perception.client import PerceptionClient
+
+        client = PerceptionClient(self.robot.node, self.perception)
+        client.wait_ready(self.startup_timeout)
+        return client
+
     def _make_planner(self):
         if self.planner_name == "api":
             from .planners.api import ApiPlanner, build_model
@@ -164,6 +177,7 @@ class AgentNode(Node):
         return Toolkit(self.robot, self.info, self.observer, run,
                        memory=memory or MemoryDir(self.memory_dir or self.output_dir),
                        executor=self.executor_, model_meta=self.model_meta,
+                       perception=self.perception_client,
                        timeouts=self.timeouts, images=self.images,
                        **({"listener": listener} if listener else {}))
 

@@ -109,10 +109,12 @@ _NUMBER = {"type": "number"}
 
 class Toolkit:
     def __init__(self, robot, info, observer, run: RunState, *, memory: Optional[MemoryDir] = None,
-                 executor=None, model_meta=None, timeouts: Timeouts = Timeouts(),
-                 images: bool = True, listener: Callable[..., None] = lambda **_: None):
+                 executor=None, model_meta=None, perception=None,
+                 timeouts: Timeouts = Timeouts(), images: bool = True,
+                 listener: Callable[..., None] = lambda **_: None):
         self.robot, self.info, self.observer, self.run = robot, info, observer, run
         self.memory, self.executor, self.model_meta = memory, executor, model_meta
+        self.perception = perception
         self.timeouts, self.images, self.listener = timeouts, images, listener
         self.tools: dict[str, Tool] = {t.name: t for t in self._build()}
 
@@ -155,6 +157,27 @@ class Toolkit:
                 "get_object_poses", "SIMULATION ONLY: ground-truth positions (m) and "
                 f"orientations (quaternion xyzw) of the task's objects in {info.base_frame}.",
                 {"type": "object", "properties": {}}, self._object_poses))
+        if self.perception is not None:
+            cameras = list(info.camera_names)
+            tools += [
+                Tool("segment", "Find what a text query names (e.g. 'alphabet soup', 'basket') "
+                     "in one camera's current image. Returns the image with each detection "
+                     "tinted, boxed and numbered, and each detection's label, score and box "
+                     "in pixels.",
+                     {"type": "object", "properties": {
+                         "camera": {"type": "string", "enum": cameras},
+                         "query": {"type": "string"}},
+                      "required": ["camera", "query"]}, self._segment, images=False),
+                Tool("locate", f"Where is an object? Finds what a text query names in the "
+                     f"cameras and gives its position in the {info.base_frame} frame (m: the "
+                     "centre of its visible part, from depth) and its size. Objects partly "
+                     "out of view are marked.",
+                     {"type": "object", "properties": {
+                         "query": {"type": "string"},
+                         "camera": {"type": "string", "enum": cameras,
+                                    "description": "only this camera; default all"}},
+                      "required": ["query"]}, self._locate),
+            ]
         if self.executor is not None:
             meta = self.model_meta
             tools.append(Tool(
@@ -328,6 +351,37 @@ class Toolkit:
                  for name, (p, q) in poses.items()]
         return ToolResult("\n".join(lines) or "the simulator reports no objects",
                           data={"poses": poses})
+
+    def _segment(self, camera, query) -> ToolResult:
+        from rpent_perception.client import annotate
+
+        detections, message, ok = self.perception.segment(str(camera), str(query),
+                                                          self.timeouts.service)
+        if not ok:
+            return ToolResult(f"segment failed: {message}", ok=False)
+        lines = [message] + [
+            f"{i + 1}. {d.label}: score {d.score:.2f}, box x {d.box()[0]} y {d.box()[1]} "
+            f"w {d.box()[2]} h {d.box()[3]} px, {int(d.mask.sum())} px"
+            for i, d in enumerate(detections)]
+        images = []
+        frame = self.observer.frames().get(camera)
+        if frame is not None and self.images:
+            images = [(f"{camera} segmentation", encode_png(annotate(frame, detections)))]
+        return ToolResult("\n".join(lines), images=images,
+                          data={"detections": detections})
+
+    def _locate(self, query, camera="") -> ToolResult:
+        objects, message = self.perception.locate(str(query), str(camera or ""),
+                                                  self.timeouts.service)
+        if not objects:
+            return ToolResult(f"locate found nothing: {message}", ok=False,
+                              data={"objects": []})
+        lines = [message] + [
+            f"{o.label}: position {_fmt(o.position)} m, size {_fmt(o.extent, 2)} m "
+            f"(score {o.score:.2f}, seen by {o.camera}"
+            f"{'; partly out of view, so the centre is of the part seen' if o.partial else ''})"
+            for o in objects]
+        return ToolResult("\n".join(lines), data={"objects": objects})
 
     def _run_policy(self, instruction, max_chunks) -> ToolResult:
         steps = self._steps_left() if self.run.max_steps else 10_000

@@ -187,8 +187,12 @@ class ActionModelNode(Node):
             f"{', '.join(s.name for s in info.control_spaces)}")
 
     def _object_poses(self, namespace: str) -> dict:
-        response = self._call(GetObjectPoses, OBJECT_POSES_SERVICE, 10.0, "object poses",
-                              namespace)
+        # Short wait: a robot without the service (privileged:=false, a real arm) is the
+        # usual cause, and the predict budget must be left to say so.
+        response = self._call(
+            GetObjectPoses, OBJECT_POSES_SERVICE, 2.0,
+            "the scripted model needs the simulator's object poses (is the robot running with "
+            "privileged:=false? then choose another am_backend)", namespace)
         return {n: pose_from_msg(p.pose) for n, p in zip(response.names, response.poses)}
 
     # --- observations --------------------------------------------------------------------

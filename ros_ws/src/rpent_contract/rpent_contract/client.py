@@ -24,11 +24,12 @@ from rclpy.executors import MultiThreadedExecutor
 from std_srvs.srv import Trigger
 
 from rpent_interfaces.action import ExecuteChunk, GripperCommand, MoveTo
-from rpent_interfaces.srv import GetObjectPoses, GetRobotInfo, ResetEpisode
+from rpent_interfaces.srv import GetObjectPoses, GetRobotInfo, ResetEpisode, Segment
 
 from .control_space import array_to_chunk
 from .geometry import pose_from_msg, pose_to_msg
-from .robot_node import OBJECT_POSES_SERVICE
+from .perception import detections_from_response
+from .robot_node import OBJECT_POSES_SERVICE, SEGMENT_SERVICE
 
 STATUS_NAMES = {
     GoalStatus.STATUS_SUCCEEDED: "succeeded", GoalStatus.STATUS_ABORTED: "aborted",
@@ -138,6 +139,7 @@ class RobotClient:
         self._info = n.create_client(GetRobotInfo, "get_robot_info")
         self._stop = n.create_client(Trigger, "stop")
         self._poses = n.create_client(GetObjectPoses, OBJECT_POSES_SERVICE)
+        self._segment = n.create_client(Segment, SEGMENT_SERVICE)
 
     # --- life cycle ----------------------------------------------------------------------
     def wait_ready(self, timeout: float) -> GetRobotInfo.Response:
@@ -181,6 +183,14 @@ class RobotClient:
         """Sim only: name -> (position, quaternion xyzw) in the base frame."""
         response = self._call(self._poses, GetObjectPoses.Request(), timeout, OBJECT_POSES_SERVICE)
         return {name: pose_from_msg(p.pose) for name, p in zip(response.names, response.poses)}
+
+    def segment(self, camera: str, query: str, timeout: float = 10.0) -> list:
+        """Sim only: ``Detection``s from the simulator's own segmentation of ``camera``."""
+        response = self._call(self._segment, Segment.Request(camera=camera, query=query),
+                              timeout, SEGMENT_SERVICE)
+        if not response.success:
+            raise ValueError(f"{SEGMENT_SERVICE}: {response.message}")
+        return detections_from_response(response)
 
     # --- actions -------------------------------------------------------------------------
     def send(self, action: str, goal, feedback: Optional[Callable] = None,

@@ -20,13 +20,18 @@ from .control_space import ControlSpaceSpec
 
 @dataclass
 class CameraImage:
-    """One upright RGB frame with pinhole intrinsics in pixels."""
+    """One upright RGB frame with pinhole intrinsics in pixels (ROS convention: pixel
+    centres at integer coordinates)."""
 
     rgb: np.ndarray
     fx: float
     fy: float
     cx: float
     cy: float
+    depth: Optional[np.ndarray] = None  # (H, W) float32 m along the optical axis, aligned to rgb
+    # Where the optical frame is, in the base frame, when the robot knows (published on tf)
+    position: Optional[np.ndarray] = None
+    orientation: Optional[np.ndarray] = None  # x, y, z, w
 
 
 @dataclass
@@ -72,6 +77,7 @@ class RobotDescription:
     gripper_max_width: float  # m
     max_chunk_steps: int = 1000
     sim_services: Sequence[str] = ()
+    depth_camera_names: Sequence[str] = ()  # cameras that also publish an aligned depth image
 
 
 class Motion:
@@ -167,6 +173,11 @@ class RobotDriver(ABC):
     def state_in_space(self, space_name: str) -> Optional[np.ndarray]:
         """Current state in an absolute control space's columns (anchors its step limits)."""
         return None
+
+    def segment(self, camera: str, query: str) -> list:
+        """Sim only: ``Detection``s of what ``query`` names, from the simulator's own
+        segmentation of ``camera``'s current view."""
+        raise NotImplementedError("this robot has no segmentation rendering (real hardware)")
 
     def object_poses(self) -> dict:
         """Sim only: name -> (position, quaternion xyzw) in the base frame."""

@@ -136,3 +136,40 @@ def compressed_to_rgb(msg) -> np.ndarray:
             f"could not decode CompressedImage (format '{msg.format}', {len(msg.data)} bytes)"
         )
     return decoded[:, :, ::-1].copy()
+
+
+def encode_png(image: np.ndarray) -> str:
+    """HxWx3 uint8 RGB (or HxW uint8 mono) -> base64 PNG text, as JSON model servers take."""
+    import base64
+
+    import cv2
+
+    image = np.asarray(image)
+    mono = image.ndim == 2
+    if image.dtype != np.uint8 or not (mono or (image.ndim == 3 and image.shape[2] == 3)):
+        raise ImageConversionError(
+            f"images must be HxWx3 uint8 RGB or HxW uint8 mono, got {image.dtype} {image.shape}")
+    ok, png = cv2.imencode(".png", image if mono else cv2.cvtColor(image, cv2.COLOR_RGB2BGR))
+    if not ok:
+        raise ImageConversionError("PNG encoding failed")
+    return base64.b64encode(png.tobytes()).decode("ascii")
+
+
+def decode_png(text: str, mono: bool = False) -> np.ndarray:
+    """base64 PNG text -> HxWx3 uint8 RGB (``mono``: HxW uint8, the first channel)."""
+    import base64
+    import binascii
+
+    import cv2
+
+    try:
+        data = np.frombuffer(base64.b64decode(text, validate=True), dtype=np.uint8)
+    except (binascii.Error, ValueError, TypeError) as exc:
+        raise ImageConversionError(f"image is not base64: {exc}") from None
+    image = cv2.imdecode(data, cv2.IMREAD_UNCHANGED if mono else cv2.IMREAD_COLOR) \
+        if data.size else None
+    if image is None:
+        raise ImageConversionError("image is not a decodable PNG")
+    if mono:
+        return image if image.ndim == 2 else image[:, :, 0]
+    return cv2.cvtColor(image, cv2.COLOR_BGR2RGB)

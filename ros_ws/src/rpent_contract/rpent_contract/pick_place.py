@@ -22,6 +22,8 @@ from typing import Callable, Iterable, Optional
 
 import numpy as np
 
+from .perception import spoken
+
 
 @dataclass(frozen=True)
 class Phase:
@@ -70,17 +72,32 @@ def pick_and_place(object_position, target_position, move: Move, grip: Grip) -> 
                         phase.tolerance)
 
 
-def _spoken(name: str) -> str:
-    """'alphabet_soup_1' -> 'alphabet soup' (how instructions name simulator objects)."""
-    return re.sub(r"_\d+$", "", name).replace("_", " ").lower()
-
-
 def objects_in_instruction(instruction: str, names: Iterable[str]) -> tuple[str, str]:
     """(object to pick, where to put it): the first and last known objects the text names."""
     text = instruction.lower()
-    found = sorted((text.find(_spoken(n)), n) for n in names if _spoken(n) in text)
+    found = sorted((text.find(spoken(n)), n) for n in names if spoken(n) in text)
     if len(found) < 2:
         raise ValueError(
             f"cannot tell what to pick and where to place it from '{instruction}'; "
-            f"name two of: {', '.join(sorted(_spoken(n) for n in names))}")
+            f"name two of: {', '.join(sorted(spoken(n) for n in names))}")
     return found[0][1], found[-1][1]
+
+
+_PICK_PLACE = re.compile(
+    r"^\s*(?:pick up|pick|grab|take|put|place|move)\s+(?:up\s+)?(?:the\s+)?(?P<object>.+?)\s+"
+    r"(?:and\s+(?:place|put|drop|move)\s+it\s+)?"
+    r"(?:on top of|in the top of|into|onto|inside|in|on)\s+(?:the\s+)?(?P<target>.+?)\s*\.?$",
+    re.IGNORECASE)
+
+
+def phrases_in_instruction(instruction: str) -> tuple[str, str]:
+    """(what to pick, where to place it) as the instruction words them, for a perception
+    query: 'pick up the alphabet soup and place it in the basket' -> ('alphabet soup',
+    'basket')."""
+    match = _PICK_PLACE.match(instruction)
+    if match is None:
+        raise ValueError(
+            f"cannot tell what to pick and where to place it from '{instruction}'; the "
+            "heuristic understands 'pick up the X and place it in/on the Y' and 'put the X "
+            "in/on the Y'")
+    return match["object"], match["target"]

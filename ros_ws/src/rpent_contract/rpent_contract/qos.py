@@ -16,3 +16,8 @@ LATCHED_QOS = QoSProfile(
     history=HistoryPolicy.KEEP_LAST, depth=1,
     reliability=ReliabilityPolicy.RELIABLE, durability=DurabilityPolicy.TRANSIENT_LOCAL,
 )
+# /tf as tf2's broadcasters publish it, so tf2 listeners and viewers match.
+TF_QOS = QoSProfile(
+    history=HistoryPolicy.KEEP_LAST, depth=100,
+    reliability=ReliabilityPolicy.RELIABLE, durability=DurabilityPolicy.VOLATILE,
+)

@@ -16,16 +16,18 @@ import traceback
 from typing import Optional
 
 import numpy as np
-from geometry_msgs.msg import PoseStamped
+from geometry_msgs.msg import PoseStamped, TransformStamped
 from rclpy.action import ActionServer, CancelResponse, GoalResponse
 from rclpy.callback_groups import MutuallyExclusiveCallbackGroup, ReentrantCallbackGroup
 from rclpy.node import Node
 from sensor_msgs.msg import CameraInfo, Image, JointState
+from std_msgs.msg import Header
 from std_srvs.srv import Trigger
+from tf2_msgs.msg import TFMessage
 
 from rpent_interfaces.action import ExecuteChunk, GripperCommand, MoveTo
 from rpent_interfaces.msg import RobotState, TaskStatus
-from rpent_interfaces.srv import GetObjectPoses, GetRobotInfo, ResetEpisode
+from rpent_interfaces.srv import GetObjectPoses, GetRobotInfo, ResetEpisode, Segment
 
 from . import params
 from .control_space import chunk_to_array
@@ -34,10 +36,29 @@ from .geometry import pose_from_msg, pose_to_msg
 from .images import numpy_to_image
 from .motion import MotionArbiter
 from .node_main import run_node
-from .qos import IMAGE_QOS, LATCHED_QOS, STATE_QOS
+from .perception import fill_segment_response
+from .qos import IMAGE_QOS, LATCHED_QOS, STATE_QOS, TF_QOS
 from .validation import GoalRejected, Workspace, check_chunk, check_pose_target, check_positive
 
 OBJECT_POSES_SERVICE = "sim/get_object_poses"
+SEGMENT_SERVICE = "sim/segment"
+
+
+def optical_frame(camera: str) -> str:
+    return f"{camera}_optical_frame"
+
+
+def camera_info(frame, header) -> CameraInfo:
+    """Pinhole CameraInfo of an undistorted frame (a ``CameraImage``)."""
+    info = CameraInfo()
+    info.header = header
+    info.height, info.width = int(frame.rgb.shape[0]), int(frame.rgb.shape[1])
+    info.distortion_model = "plumb_bob"
+    info.d = [0.0] * 5
+    info.k = [frame.fx, 0.0, frame.cx, 0.0, frame.fy, frame.cy, 0.0, 0.0, 1.0]
+    info.r = [1.0, 0.0, 0.0, 0.0, 1.0, 0.0, 0.0, 0.0, 1.0]
+    info.p = [frame.fx, 0.0, frame.cx, 0.0, 0.0, frame.fy, frame.cy, 0.0, 0.0, 0.0, 1.0, 0.0]
+    return info
 
 
 class RobotContractNode(Node):
@@ -90,6 +111,15 @@ class RobotContractNode(Node):
                    self.create_publisher(CameraInfo, f"camera/{name}/camera_info", IMAGE_QOS))
             for name in desc.camera_names
         }
+        # Aligned depth as camera drivers publish it (REP-118: 32FC1 in m, 0/NaN unknown),
+        # with its own camera_info so depth-only consumers need nothing else.
+        self._depth_pubs = {
+            name: (self.create_publisher(Image, f"camera/{name}/depth/image_raw", IMAGE_QOS),
+                   self.create_publisher(CameraInfo, f"camera/{name}/depth/camera_info",
+                                         IMAGE_QOS))
+            for name in desc.depth_camera_names
+        }
+        self._tf_pub = self.create_publisher(TFMessage, "/tf", TF_QOS)
 
         motions = ReentrantCallbackGroup()
         self._action_servers = [
@@ -112,6 +142,8 @@ class RobotContractNode(Node):
         if OBJECT_POSES_SERVICE in desc.sim_services:
             self.create_service(GetObjectPoses, OBJECT_POSES_SERVICE, self._object_poses,
                                 callback_group=services)
+        if SEGMENT_SERVICE in desc.sim_services:
+            self.create_service(Segment, SEGMENT_SERVICE, self._segment, callback_group=services)
 
         rate = self.publish_rate or desc.control_rate
         self.create_timer(1.0 / rate, self._publish_state,
@@ -156,25 +188,40 @@ class RobotContractNode(Node):
         state.episode_step = int(snap.episode_step)
         self._state_pub.publish(state)
 
+        transforms = [self._transform(stamp, self.ee_frame, snap.ee_position,
+                                      snap.ee_orientation)]
         for name, frame in snap.images.items():
             pubs = self._image_pubs.get(name)
             if pubs is None:
                 continue
-            frame_id = f"{name}_optical_frame"
             img = numpy_to_image(frame.rgb, "rgb8")
-            img.header.stamp, img.header.frame_id = stamp, frame_id
+            img.header.stamp, img.header.frame_id = stamp, optical_frame(name)
             pubs[0].publish(img)
-            info = CameraInfo()
-            info.header = img.header
-            info.height, info.width = img.height, img.width
-            info.distortion_model = "plumb_bob"
-            info.d = [0.0] * 5
-            info.k = [frame.fx, 0.0, frame.cx, 0.0, frame.fy, frame.cy, 0.0, 0.0, 1.0]
-            info.r = [1.0, 0.0, 0.0, 0.0, 1.0, 0.0, 0.0, 0.0, 1.0]
-            info.p = [frame.fx, 0.0, frame.cx, 0.0, 0.0, frame.fy, frame.cy, 0.0, 0.0, 0.0, 1.0, 0.0]
+            info = camera_info(frame, img.header)
             pubs[1].publish(info)
+            depth_pubs = self._depth_pubs.get(name)
+            if depth_pubs is not None and frame.depth is not None:
+                depth = numpy_to_image(frame.depth.astype(np.float32, copy=False), "32FC1")
+                depth.header = img.header
+                depth_pubs[0].publish(depth)
+                depth_pubs[1].publish(info)
+            if frame.position is not None:
+                transforms.append(self._transform(stamp, optical_frame(name), frame.position,
+                                                  frame.orientation))
+        # Same stamp as the images: a consumer pairs a frame with the camera pose it was
+        # taken from.
+        self._tf_pub.publish(TFMessage(transforms=transforms))
 
         self._publish_task(snap)
+
+    def _transform(self, stamp, child: str, position, orientation) -> TransformStamped:
+        tf = TransformStamped()
+        tf.header.stamp, tf.header.frame_id, tf.child_frame_id = stamp, self.base_frame, child
+        t = tf.transform.translation
+        t.x, t.y, t.z = (float(v) for v in position)
+        r = tf.transform.rotation
+        r.x, r.y, r.z, r.w = (float(v) for v in orientation)
+        return tf
 
     def _publish_task(self, snap: RobotSnapshot) -> None:
         t = snap.task
@@ -193,9 +240,10 @@ class RobotContractNode(Node):
         msg.step, msg.max_steps = int(snap.episode_step), int(t.max_steps)
         msg.success, msg.done = bool(t.success), bool(t.done)
         msg.native_success = bool(t.native_success)
-        if t.success or t.done:
-            msg.success_source = (TaskStatus.SOURCE_NATIVE if t.success_is_native
-                                  else TaskStatus.SOURCE_OPERATOR)
+        if t.success_is_native and (t.success or t.done):
+            msg.success_source = TaskStatus.SOURCE_NATIVE
+        elif t.success:  # only an operator can make a robot without a native check succeed
+            msg.success_source = TaskStatus.SOURCE_OPERATOR
         self._task_pub.publish(msg)
 
     # --- motion plumbing -------------------------------------------------------------------
@@ -472,6 +520,25 @@ class RobotContractNode(Node):
         """Stop any motion and release the robot (before the node is destroyed)."""
         self._arbiter.interrupt("node shutting down")
         self.driver.close()
+
+    def _segment(self, request, response):
+        if request.camera not in self.description.camera_names:
+            response.message = (f"unknown camera '{request.camera}'; cameras: "
+                                f"{', '.join(self.description.camera_names)}")
+            return response
+        header = Header()
+        header.stamp = self.get_clock().now().to_msg()
+        header.frame_id = optical_frame(request.camera)
+        try:
+            detections = self.driver.segment(request.camera, request.query)
+        except ValueError as err:
+            response.message = str(err)
+            return response
+        fill_segment_response(response, detections, header)
+        response.message = (f"{len(detections)} detection(s) of '{request.query}'" if detections
+                            else f"nothing in view of {request.camera} matches "
+                                 f"'{request.query}'")
+        return response
 
     def _object_poses(self, _request, response):
         stamp = self.get_clock().now().to_msg()

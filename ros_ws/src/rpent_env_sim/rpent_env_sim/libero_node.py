@@ -31,7 +31,13 @@ from rpent_contract.driver import (
     RobotSnapshot,
     TaskInfo,
 )
-from rpent_contract.robot_node import OBJECT_POSES_SERVICE, RobotContractNode, spin_robot_node
+from rpent_contract.perception import Detection, match_names
+from rpent_contract.robot_node import (
+    OBJECT_POSES_SERVICE,
+    SEGMENT_SERVICE,
+    RobotContractNode,
+    spin_robot_node,
+)
 
 from .cartesian_controller import (
     OSC_POSE_MAX_POS_DELTA,
@@ -96,7 +102,11 @@ class LiberoDriver(RobotDriver):
             control_rate=float(self._sim.control_rate_hz),
             gripper_max_width=GRIPPER_MAX_WIDTH,
             max_chunk_steps=max_episode_steps,
-            sim_services=[OBJECT_POSES_SERVICE] if privileged else [],
+            # Segmentation is what a perception model would see, not privileged state, so
+            # a non-privileged robot serves it too.
+            sim_services=[OBJECT_POSES_SERVICE, SEGMENT_SERVICE] if privileged
+            else [SEGMENT_SERVICE],
+            depth_camera_names=list(self._sim.camera_names),
         )
         self._episode_id = ""
         self._latest = self._new_episode(self._call(self._sim.reset))
@@ -121,7 +131,8 @@ class LiberoDriver(RobotDriver):
             gripper_width=float(obs.gripper_width),
             episode_step=obs.step,
             # A step without rendering keeps showing the last rendered frames.
-            images={name: CameraImage(f.rgb, f.fx, f.fy, f.cx, f.cy)
+            images={name: CameraImage(f.rgb, f.fx, f.fy, f.cx, f.cy, depth=f.depth,
+                                      position=f.position, orientation=f.orientation)
                     for name, f in obs.images.items()} or previous,
             task=TaskInfo(
                 instruction=sim.instruction, suite=sim.suite, task_name=sim.task_name,
@@ -241,6 +252,18 @@ class LiberoDriver(RobotDriver):
             image_height=old.image_height, image_width=old.image_width,
             render_quality=old.render_quality, max_episode_steps=self._max_episode_steps)
         old.close()
+
+    def segment(self, camera: str, query: str) -> list:
+        if camera not in self._sim.camera_names:
+            raise ValueError(f"unknown camera '{camera}'; cameras: "
+                             f"{', '.join(self._sim.camera_names)}")
+        labels, names = self._call(self._sim.segmentation, camera)
+        detections = []
+        for name, score in match_names(query, names):
+            mask = labels == names.index(name)
+            if mask.any():
+                detections.append(Detection(name, score, mask))
+        return detections
 
     def object_poses(self) -> dict:
         if not self._privileged:

@@ -54,6 +54,11 @@ class CameraFrame:
     fy: float
     cx: float
     cy: float
+    # (H, W) float32 m along the optical axis, aligned pixel for pixel with rgb
+    depth: np.ndarray | None = None
+    # Optical frame (x right, y down, z forward) in the robot base frame: position, quat xyzw
+    position: np.ndarray | None = None
+    orientation: np.ndarray | None = None
 
 
 @dataclass
@@ -391,6 +396,27 @@ class LiberoSim:
                 poses[name] = self._site_pose_in_base(name)
         return poses
 
+    def segmentation(self, camera: str) -> tuple[np.ndarray, list[str]]:
+        """The task's objects as MuJoCo sees them from ``camera`` right now.
+
+        Returns an (H, W) int32 image, upright like the colour frames, holding the index
+        into the returned bddl object names (-1: robot, table, background), rendered at
+        the colour frames' size so masks line up with them pixel for pixel.
+        """
+        if camera not in self._camera_ids:
+            raise ValueError(f"unknown camera {camera!r}; cameras: {', '.join(self.camera_names)}")
+        sim = self._env.env.sim
+        sim._render_context_offscreen.gl_ctx.make_current()
+        seg = sim.render(width=self.image_width, height=self.image_height, camera_name=camera,
+                         segmentation=True)
+        # Per pixel (object type, object id); geoms map to the object whose body they hang on.
+        objtype, objid = seg[::-1, :, 0], seg[::-1, :, 1]
+        geom_object = self._geom_object
+        labels = np.full(objid.shape, -1, dtype=np.int32)
+        is_geom = (objtype == int(mujoco.mjtObj.mjOBJ_GEOM)) & (objid >= 0)
+        labels[is_geom] = geom_object[objid[is_geom]]
+        return labels, list(self._object_names)
+
     def close(self) -> None:
         if self._env is not None:
             self._finalizer()
@@ -489,7 +515,21 @@ class LiberoSim:
             )
         self._camera_ids = {c: model.camera_name2id(c) for c in self.camera_names}
         self._base_body = model.body_name2id("robot0_base")
+        self._index_object_geoms()
         self._configure_rendering()
+
+    def _index_object_geoms(self) -> None:
+        """Which task object (index into ``_object_names``) each geom belongs to, or -1."""
+        env, model = self._env.env, self._env.env.sim.model
+        self._object_names = [*env.objects_dict, *env.fixtures_dict]
+        body_object = {env.obj_body_id[name]: i for i, name in enumerate(self._object_names)}
+        geom_object = np.full(model.ngeom, -1, dtype=np.int32)
+        for geom in range(model.ngeom):
+            body = int(model.geom_bodyid[geom])
+            while body > 0 and body not in body_object:
+                body = int(model.body_parentid[body])
+            geom_object[geom] = body_object.get(body, -1)
+        self._geom_object = geom_object
 
     def _configure_rendering(self) -> None:
         ctx = self._env.env.sim._render_context_offscreen
@@ -509,15 +549,35 @@ class LiberoSim:
         # Each simulator owns an EGL context; building or closing another one in
         # this thread switches or unbinds the current context, so rebind ours.
         sim._render_context_offscreen.gl_ctx.make_current()
+        # The depth buffer holds OpenGL's non-linear depth in [0, 1] between the clip planes.
+        extent = float(sim.model.stat.extent)
+        near = float(sim.model.vis.map.znear) * extent
+        far = float(sim.model.vis.map.zfar) * extent
         frames = {}
         for name, cam_id in self._camera_ids.items():
-            raw = sim.render(width=w, height=h, camera_name=name)
+            raw, raw_depth = sim.render(width=w, height=h, camera_name=name, depth=True)
             # OpenGL reads pixels bottom row first.
             rgb = np.ascontiguousarray(raw[::-1])
+            raw_depth = raw_depth[::-1]
+            depth = (near / (1.0 - raw_depth * (1.0 - near / far))).astype(np.float32)
+            depth[raw_depth >= 1.0] = np.inf  # nothing before the far plane (REP-118)
             # MuJoCo's fovy is the vertical field of view; pixels are square.
             f = 0.5 * h / np.tan(np.deg2rad(float(sim.model.cam_fovy[cam_id])) / 2.0)
-            frames[name] = CameraFrame(name=name, rgb=rgb, fx=f, fy=f, cx=w / 2.0, cy=h / 2.0)
+            position, orientation = self._camera_optical_pose(cam_id)
+            # The axis passes through the image centre; ROS puts pixel centres at integers.
+            frames[name] = CameraFrame(name=name, rgb=rgb, fx=f, fy=f, cx=(w - 1) / 2.0,
+                                       cy=(h - 1) / 2.0,
+                                       depth=np.ascontiguousarray(depth), position=position,
+                                       orientation=orientation)
         return frames
+
+    def _camera_optical_pose(self, cam_id: int) -> tuple[np.ndarray, np.ndarray]:
+        """The camera's optical frame in the base frame. A MuJoCo camera looks down its -z
+        with y up; the optical frame (REP-103) looks down +z with y down."""
+        data = self._env.env.sim.data
+        optical = np.asarray(data.cam_xmat[cam_id], dtype=float).reshape(3, 3) @ np.diag(
+            [1.0, -1.0, -1.0])
+        return self._world_to_base(data.cam_xpos[cam_id], _mat_to_quat_wxyz(optical))
 
     def _base_pose_world(self) -> tuple[np.ndarray, np.ndarray]:
         data = self._env.env.sim.data

@@ -147,7 +147,8 @@ def test_images_are_upright_flips_of_the_raw_render_with_mujoco_intrinsics(sim):
         assert not np.array_equal(frame.rgb, raw)
         fovy = np.deg2rad(mj.model.cam_fovy[mj.model.camera_name2id(name)])
         assert np.isclose(frame.fy, 64 / np.tan(fovy / 2)) and frame.fx == frame.fy
-        assert (frame.cx, frame.cy) == (64.0, 64.0)
+        # The axis through the image centre, with pixel centres at integers (ROS).
+        assert (frame.cx, frame.cy) == (63.5, 63.5)
     # Upright agentview: the floor the objects stand on fills the bottom rows, the
     # robot arm reaches in from the top, so the top and bottom halves differ clearly.
     agent = obs.images["agentview"].rgb.astype(float)

@@ -185,7 +185,7 @@ class Evaluation:
                 "record": "false", "max_turns": str(self.config.limits.max_turns),
                 "max_episode_steps": str(self.config.limits.max_episode_steps)}
         specs = [s for s in describe("libero_sim", args)
-                 if s.package in ("rpent_env_sim", "rpent_agent")]
+                 if s.package in ("rpent_env_sim", "rpent_perception", "rpent_agent")]
         for spec in specs:
             if spec.package == "rpent_agent":
                 # The bring-up's agent runs one task and exits; a worker's serves one

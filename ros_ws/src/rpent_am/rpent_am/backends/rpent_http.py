@@ -35,21 +35,16 @@ transport benchmark.
 """
 from __future__ import annotations
 
-import base64
 import dataclasses
-import http.client
-import json
-import socket
 import threading
 from dataclasses import dataclass
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Mapping, Optional
-from urllib.parse import urlsplit
 
-import cv2
 import numpy as np
 
 from rpent_contract.control_space import ControlSpaceSpec
+from rpent_contract.http_json import JsonHttpClient, JsonHttpServer
+from rpent_contract.images import decode_png, encode_png
 
 from ..policy import BackendError, ModelMeta, PolicyBackend, PolicyObservation
 
@@ -78,29 +73,6 @@ class RpentHttpWire:
 # A server without a route answers with this status; the client then falls back to its
 # own configuration (metadata) or treats the model as stateless (reset).
 _UNKNOWN_METHOD_STATUS = 404
-
-
-def encode_png(image: np.ndarray) -> str:
-    """HxWx3 uint8 RGB -> base64 PNG text."""
-    image = np.asarray(image)
-    if image.dtype != np.uint8 or image.ndim != 3 or image.shape[2] != 3:
-        raise BackendError(f"images must be HxWx3 uint8 RGB, got {image.dtype} {image.shape}")
-    ok, png = cv2.imencode(".png", cv2.cvtColor(image, cv2.COLOR_RGB2BGR))
-    if not ok:
-        raise BackendError("PNG encoding failed")
-    return base64.b64encode(png.tobytes()).decode("ascii")
-
-
-def decode_png(text: str) -> np.ndarray:
-    """base64 PNG text -> HxWx3 uint8 RGB."""
-    try:
-        data = np.frombuffer(base64.b64decode(text, validate=True), dtype=np.uint8)
-    except (ValueError, TypeError) as exc:
-        raise ValueError(f"image is not base64: {exc}") from None
-    image = cv2.imdecode(data, cv2.IMREAD_COLOR)
-    if image is None:
-        raise ValueError("image is not a decodable PNG")
-    return cv2.cvtColor(image, cv2.COLOR_BGR2RGB)
 
 
 def meta_to_dict(meta: ModelMeta) -> dict:
@@ -154,19 +126,13 @@ class RpentHttpBackend(PolicyBackend):
                  chunk_size: int = 0, cameras: Optional[Mapping[str, str]] = None,
                  checkpoint: str = "", control_rate: float = 20.0, timeout: float = 30.0,
                  connect_timeout: float = 5.0, wire: RpentHttpWire = RpentHttpWire()):
-        url = urlsplit(endpoint if "://" in endpoint else f"http://{endpoint}")
-        if url.scheme != "http" or not url.hostname or not url.port:
-            raise BackendError(
-                f"endpoint '{endpoint}' is not http://HOST:PORT (socket:// RPC is not supported)")
-        self._endpoint = f"http://{url.hostname}:{url.port}{url.path.rstrip('/')}"
-        self._host, self._port, self._prefix = url.hostname, url.port, url.path.rstrip("/")
+        self._http = JsonHttpClient(endpoint, server="action-model server", timeout=timeout,
+                                    connect_timeout=connect_timeout, error=BackendError)
+        self._endpoint = self._http.endpoint
         self._wire = wire
         self._cameras = dict(cameras) if cameras is not None else None
         self._chunk_size = chunk_size
         self._timeout, self._connect_timeout = timeout, connect_timeout
-        self._conn: Optional[http.client.HTTPConnection] = None
-        # One persistent connection (keep-alive), so calls from several threads take turns.
-        self._lock = threading.Lock()
         self.health()
         self._meta = self._fetch_meta(action_space, chunk_size, checkpoint, control_rate)
 
@@ -175,61 +141,12 @@ class RpentHttpBackend(PolicyBackend):
         return self._meta
 
     # --- protocol ------------------------------------------------------------------------
-    def _request(self, verb: str, path: str, body: Optional[dict], timeout: float):
-        payload = json.dumps(body).encode() if body is not None else None
-        headers = {"Content-Type": "application/json"} if payload is not None else {}
-        with self._lock:
-            try:
-                try:
-                    status, raw = self._exchange(verb, path, payload, headers, timeout)
-                except (http.client.RemoteDisconnected, ConnectionResetError, BrokenPipeError):
-                    # The server closed the idle keep-alive connection: one fresh try.
-                    self._drop_connection()
-                    status, raw = self._exchange(verb, path, payload, headers, timeout)
-            except (socket.timeout, TimeoutError):
-                self._drop_connection()
-                raise BackendError(
-                    f"no answer from {self._endpoint}{path} within {timeout:g} s: the model "
-                    f"may be overloaded or hung; check the server's log or raise the timeout"
-                ) from None
-            except (OSError, http.client.HTTPException) as exc:
-                self._drop_connection()
-                raise BackendError(
-                    f"cannot reach the action-model server at {self._endpoint} ({exc}): check "
-                    f"that it is running and that the endpoint's host and port are right"
-                ) from None
-        try:
-            answer = json.loads(raw) if raw else None
-        except ValueError:
-            answer = None
-        if not isinstance(answer, dict):
-            raise BackendError(
-                f"{self._endpoint}{path} answered HTTP {status} with a body that is not a JSON "
-                f"object: check that the endpoint is an RPent action-model server")
-        return status, answer
-
-    def _exchange(self, verb, path, payload, headers, timeout):
-        if self._conn is None or self._conn.sock is None:
-            self._drop_connection()
-            self._conn = http.client.HTTPConnection(
-                self._host, self._port, timeout=self._connect_timeout)
-            self._conn.connect()
-        self._conn.sock.settimeout(timeout)
-        self._conn.request(verb, self._prefix + path, body=payload, headers=headers)
-        response = self._conn.getresponse()
-        return response.status, response.read()
-
-    def _drop_connection(self):
-        if self._conn is not None:
-            self._conn.close()
-            self._conn = None
-
     def _call(self, method: str, params: dict, session: str = "", timeout: Optional[float] = None):
         w = self._wire
         body = {w.method: method, w.params: params}
         if session:
             body[w.session] = session
-        status, answer = self._request("POST", w.call_path, body, timeout or self._timeout)
+        status, answer = self._http.request("POST", w.call_path, body, timeout or self._timeout)
         if status != 200 or w.error in answer:
             raise _RemoteError(status, f"{method} failed on {self._endpoint} (HTTP {status}): "
                                        f"{answer.get(w.error, answer)}")
@@ -239,7 +156,7 @@ class RpentHttpBackend(PolicyBackend):
 
     def health(self) -> None:
         """Raise BackendError unless the server answers its health check."""
-        status, _ = self._request("GET", self._wire.health_path, None, self._connect_timeout)
+        status, _ = self._http.request("GET", self._wire.health_path, None, self._connect_timeout)
         if status != 200:
             raise BackendError(f"{self._endpoint}{self._wire.health_path} answered HTTP {status}: "
                                f"the server is up but not ready; check its log")
@@ -308,11 +225,10 @@ class RpentHttpBackend(PolicyBackend):
                 raise
 
     def close(self) -> None:
-        with self._lock:
-            self._drop_connection()
+        self._http.close()
 
 
-class RpentHttpServer:
+class RpentHttpServer(JsonHttpServer):
     """Serves one :class:`PolicyBackend` over the protocol above, on a background thread.
 
     Model calls are serialised (one predict at a time), as in RPent's facades. ``port``
@@ -321,42 +237,10 @@ class RpentHttpServer:
 
     def __init__(self, backend: PolicyBackend, host: str = "127.0.0.1", port: int = 0,
                  wire: RpentHttpWire = RpentHttpWire()):
+        super().__init__(host, port, call_path=wire.call_path, health_path=wire.health_path,
+                         error=wire.error)
         self._backend, self._wire = backend, wire
         self._model_lock = threading.Lock()
-        self._httpd = ThreadingHTTPServer((host, port), self._handler_class())
-        self._httpd.daemon_threads = True
-        self._thread: Optional[threading.Thread] = None
-        # Open keep-alive connections: close() ends them too, so clients see the server go.
-        self._connections: set = set()
-
-    @property
-    def endpoint(self) -> str:
-        host, port = self._httpd.server_address[:2]
-        return f"http://{host}:{port}"
-
-    def start(self) -> "RpentHttpServer":
-        self._thread = threading.Thread(target=self._httpd.serve_forever, name="rpent-http",
-                                        daemon=True)
-        self._thread.start()
-        return self
-
-    def close(self) -> None:
-        if self._thread is not None:
-            self._httpd.shutdown()
-            self._thread.join()
-            self._thread = None
-        self._httpd.server_close()
-        for conn in list(self._connections):
-            try:
-                conn.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass  # the client closed it meanwhile
-
-    def __enter__(self):
-        return self.start()
-
-    def __exit__(self, *exc):
-        self.close()
 
     def handle(self, body: Mapping) -> tuple[int, dict]:
         """One /call request -> (HTTP status, JSON answer)."""
@@ -391,50 +275,3 @@ class RpentHttpServer:
         images = {cam: decode_png(text) for cam, text in params[w.images].items()}
         return PolicyObservation(images=images, state=state, state_names=tuple(names)), \
             str(params.get(w.instruction, ""))
-
-    def _handler_class(self):
-        server = self
-
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"  # keep-alive: the client reuses its connection
-
-            def log_message(self, *args):
-                pass
-
-            def setup(self):
-                super().setup()
-                server._connections.add(self.connection)
-
-            def finish(self):
-                server._connections.discard(self.connection)
-                super().finish()
-
-            def _answer(self, status: int, answer: dict):
-                data = json.dumps(answer).encode()
-                self.send_response(status)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-
-            def do_GET(self):
-                if self.path == server._wire.health_path:
-                    self._answer(200, {"status": "ok"})
-                else:
-                    self._answer(404, {server._wire.error: f"no route {self.path}"})
-
-            def do_POST(self):
-                data = self.rfile.read(int(self.headers.get("Content-Length") or 0))
-                if self.path != server._wire.call_path:
-                    self._answer(404, {server._wire.error: f"no route {self.path}"})
-                    return
-                try:
-                    body = json.loads(data)
-                except ValueError:
-                    body = None
-                if not isinstance(body, dict):
-                    self._answer(400, {server._wire.error: "the body must be a JSON object"})
-                    return
-                self._answer(*server.handle(body))
-
-        return Handler

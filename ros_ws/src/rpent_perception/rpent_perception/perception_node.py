@@ -1,0 +1,286 @@
+"""The perception node ``perception``: ``~/segment`` and ``~/locate`` for one robot.
+
+    ros2 run rpent_perception perception_node --ros-args -p backend:=sim
+    ros2 run rpent_perception perception_node --ros-args -p backend:=sam3_http \
+        -p sam3_endpoint:=http://gpu-host:8000
+
+Runs in the robot's namespace. It keeps each camera's newest colour image, aligned depth
+image and camera_info, and the robot's tf, and answers:
+
+* ``~/segment`` (rpent_interfaces/Segment): the backend's masks for a text query in one
+  camera's newest image;
+* ``~/locate`` (rpent_interfaces/Locate): every camera's detections back-projected through
+  depth, camera_info and tf into the robot base frame, one point per object (the view that
+  sees it whole and best wins).
+
+Backends: ``sim`` (the simulator's own segmentation through ``sim/segment``: ground
+truth, for LIBERO) and ``sam3_http`` (a SAM3 server); ``main(backend=...)`` serves any
+other :class:`~rpent_perception.backends.SegmentationBackend`.
+"""
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+from typing import Optional
+
+import numpy as np
+from geometry_msgs.msg import PointStamped, Vector3
+from rclpy.callback_groups import ReentrantCallbackGroup
+from rclpy.node import Node
+from sensor_msgs.msg import CameraInfo, Image
+from std_msgs.msg import Header
+from tf2_msgs.msg import TFMessage
+
+from rpent_contract import params
+from rpent_contract.client import RobotClient
+from rpent_contract.geometry import quaternion_multiply
+from rpent_contract.images import image_to_numpy, to_rgb
+from rpent_contract.node_main import run_node
+from rpent_contract.perception import fill_segment_response
+from rpent_contract.qos import IMAGE_QOS, TF_QOS
+from rpent_contract.robot_node import SEGMENT_SERVICE
+from rpent_interfaces.srv import Locate, Segment
+
+from .backends import SegmentationBackend, SegmentationError
+from .geometry import Intrinsics, Located, locate_mask, rotation_matrix
+
+BACKENDS = ("sim", "sam3_http")
+# Detections of one label closer than this (or than half the object's size) are the same
+# object seen by two cameras.
+SAME_OBJECT_M = 0.05
+
+
+@dataclass
+class View:
+    """One camera's newest data."""
+    rgb: Optional[Image] = None
+    depth: Optional[Image] = None
+    info: Optional[CameraInfo] = None
+
+
+class TfTree:
+    """The newest transform of every frame to its parent, from /tf and /tf_static.
+
+    Enough to chain a camera's optical frame up to the base frame; lookups use the newest
+    transforms (no interpolation), which is what a robot that stands still while it looks
+    needs.
+    """
+
+    def __init__(self):
+        self._parents: dict = {}
+        self._lock = threading.Lock()
+
+    def add(self, msg: TFMessage) -> None:
+        with self._lock:
+            for tf in msg.transforms:
+                t, r = tf.transform.translation, tf.transform.rotation
+                self._parents[tf.child_frame_id] = (
+                    tf.header.frame_id, np.array([t.x, t.y, t.z]), np.array([r.x, r.y, r.z, r.w]))
+
+    def lookup(self, target: str, source: str) -> tuple[np.ndarray, np.ndarray]:
+        """Pose of frame ``source`` in frame ``target`` (an ancestor of it)."""
+        position, orientation = np.zeros(3), np.array([0.0, 0.0, 0.0, 1.0])
+        frame = source
+        with self._lock:
+            for _ in range(64):
+                if frame == target:
+                    return position, orientation
+                if frame not in self._parents:
+                    break
+                parent, t, r = self._parents[frame]
+                position = rotation_matrix(r) @ position + t
+                orientation = quaternion_multiply(r, orientation)
+                frame = parent
+        raise LookupError(f"no tf chain from '{source}' up to '{target}' (is the robot node "
+                          "publishing /tf?)")
+
+
+class PerceptionNode(Node):
+    def __init__(self, backend: Optional[SegmentationBackend] = None):
+        super().__init__("perception")
+        d = lambda *a, **k: params.declare(self, *a, **k)  # noqa: E731
+        backend_name = d("backend", "sim", "sim (the simulator's own segmentation) or "
+                         "sam3_http (a SAM3 server at sam3_endpoint)", params.one_of(*BACKENDS))
+        self.max_age = d("max_age", 2.0, "s: camera data older than this is refused as stale",
+                         params.positive)
+        self.min_score = d("min_score", 0.3, "detections scoring below this are dropped",
+                           lambda v: None if 0.0 <= v <= 1.0 else "must be in [0, 1]")
+        self.timeout = d("timeout", 30.0, "s a segmentation may take", params.positive)
+        startup_timeout = d("startup_timeout", 60.0, "s to wait for the robot at start-up",
+                            params.positive)
+        if backend is None and backend_name == "sam3_http":
+            endpoint = d("sam3_endpoint", "", "SAM3 server, http://HOST:PORT")
+            if not endpoint:
+                raise params.ParameterError("backend sam3_http needs sam3_endpoint "
+                                            "(http://HOST:PORT of the SAM3 server)")
+        self.robot = RobotClient(namespace=self.get_namespace(),
+                                 node_name="perception_robot_client")
+        try:
+            self.info = self.robot.wait_ready(startup_timeout)
+            self.backend = backend or self._make_backend(backend_name)
+        except Exception:
+            self.robot.close()
+            raise
+        self.base_frame = self.info.base_frame
+        self.tf = TfTree()
+        self._views = {name: View() for name in self.info.camera_names}
+        self._lock = threading.Lock()
+        for name in self.info.camera_names:
+            for kind, msg_type, topic in (("rgb", Image, "image_raw"),
+                                          ("depth", Image, "depth/image_raw"),
+                                          ("info", CameraInfo, "camera_info")):
+                self.create_subscription(
+                    msg_type, f"camera/{name}/{topic}",
+                    lambda msg, n=name, k=kind: self._on_camera(n, k, msg), IMAGE_QOS)
+        self.create_subscription(TFMessage, "/tf", self.tf.add, TF_QOS)
+        self.create_subscription(TFMessage, "/tf_static", self.tf.add, TF_QOS)
+        group = ReentrantCallbackGroup()
+        self.create_service(Segment, "~/segment", self._segment, callback_group=group)
+        self.create_service(Locate, "~/locate", self._locate, callback_group=group)
+        self.get_logger().info(f"perception ready: backend {self.backend.name}, cameras "
+                               f"{list(self.info.camera_names)}")
+
+    def _make_backend(self, name: str) -> SegmentationBackend:
+        if name == "sim":
+            if SEGMENT_SERVICE not in self.info.sim_services:
+                raise params.ParameterError(
+                    f"backend sim needs a simulated robot serving {SEGMENT_SERVICE}; this "
+                    f"robot ({self.info.embodiment}) does not: use backend sam3_http")
+            from .backends.sim import SimSegmentation
+            return SimSegmentation(
+                lambda camera, query: self.robot.segment(camera, query, timeout=self.timeout))
+        from .backends.sam3_http import Sam3HttpBackend
+        return Sam3HttpBackend(self.get_parameter("sam3_endpoint").value, timeout=self.timeout)
+
+    def _on_camera(self, name: str, kind: str, msg) -> None:
+        with self._lock:
+            setattr(self._views[name], kind, msg)
+
+    # --- data ----------------------------------------------------------------------------
+    def _fresh_view(self, camera: str, need_depth: bool) -> View:
+        if camera not in self._views:
+            raise ValueError(f"unknown camera '{camera}'; cameras: "
+                             f"{', '.join(self._views)}")
+        with self._lock:
+            view = View(**vars(self._views[camera]))
+        wanted = {"rgb": view.rgb, "info": view.info}
+        if need_depth:
+            wanted["depth"] = view.depth
+        missing = [k for k, v in wanted.items() if v is None]
+        if missing:
+            raise ValueError(
+                f"camera '{camera}' has published no {' / '.join(missing)} yet"
+                + (": it has no depth image (camera/<name>/depth/image_raw); locate needs "
+                   "an aligned depth camera" if "depth" in missing else ""))
+        now = self.get_clock().now().nanoseconds
+        age = (now - _ns(view.rgb.header.stamp)) / 1e9
+        if age > self.max_age:
+            raise ValueError(f"camera '{camera}''s newest image is {age:.1f} s old (max_age "
+                             f"{self.max_age:g} s): the robot or its camera stopped publishing")
+        return view
+
+    # --- services ------------------------------------------------------------------------
+    def _segment(self, request, response):
+        try:
+            view = self._fresh_view(request.camera, need_depth=False)
+            rgb = to_rgb(image_to_numpy(view.rgb), view.rgb.encoding)
+            detections = self._detect(request.camera, rgb, request.query)
+        except (ValueError, SegmentationError) as err:
+            response.message = str(err)
+            return response
+        fill_segment_response(response, detections, view.rgb.header)
+        response.message = _found(detections, request.query, request.camera)
+        return response
+
+    def _detect(self, camera: str, rgb: np.ndarray, query: str) -> list:
+        if not query.strip():
+            raise ValueError("the query is empty: say what to find, e.g. 'red mug'")
+        return [d for d in self.backend.segment(camera, rgb, query) if d.score >= self.min_score]
+
+    def _locate(self, request, response):
+        cameras = [request.camera] if request.camera else [
+            n for n, v in self._views.items() if v.depth is not None]
+        if not cameras:
+            response.message = "no camera of this robot publishes a depth image; locate needs one"
+            return response
+        found, notes = [], []
+        for camera in cameras:
+            try:
+                found += self._locate_in(camera, request.query)
+            except (ValueError, LookupError, SegmentationError) as err:
+                notes.append(f"{camera}: {err}")
+        best = _merge(found)
+        header = Header(frame_id=self.base_frame, stamp=self.get_clock().now().to_msg())
+        for label, score, camera, located in best:
+            point = PointStamped(header=header)
+            point.point.x, point.point.y, point.point.z = (float(v) for v in located.center)
+            response.points.append(point)
+            response.extents.append(Vector3(x=float(located.extent[0]),
+                                            y=float(located.extent[1]),
+                                            z=float(located.extent[2])))
+            response.scores.append(float(score))
+            response.labels.append(label)
+            response.cameras.append(camera)
+            response.partial.append(located.cut_off)
+        response.success = bool(best)
+        summary = (f"{len(best)} object(s) match '{request.query}'" if best
+                   else f"nothing matching '{request.query}' was found in "
+                        f"{', '.join(cameras)}: look from elsewhere or rephrase the query")
+        response.message = "; ".join([summary, *notes])
+        return response
+
+    def _locate_in(self, camera: str, query: str) -> list:
+        view = self._fresh_view(camera, need_depth=True)
+        rgb = to_rgb(image_to_numpy(view.rgb), view.rgb.encoding)
+        depth = image_to_numpy(view.depth)
+        if depth.dtype == np.uint16:  # 16UC1 depth is in millimetres (REP-118)
+            depth = depth.astype(np.float32) / 1000.0
+        position, orientation = self.tf.lookup(self.base_frame, view.depth.header.frame_id
+                                               or view.rgb.header.frame_id)
+        intrinsics = Intrinsics.from_camera_info(view.info)
+        located = []
+        for det in self._detect(camera, rgb, query):
+            where = locate_mask(det.mask, depth, intrinsics, position, orientation)
+            if where is not None:
+                located.append((det.label, det.score, camera, where))
+        return located
+
+    def shutdown(self) -> None:
+        self.backend.close()
+        self.robot.close()
+
+
+def _merge(found: list) -> list:
+    """One entry per object: of the views of one label within SAME_OBJECT_M, keep the one
+    that sees it whole, then the one with the most depth points; best score first."""
+    def quality(entry):
+        located: Located = entry[3]
+        return (not located.cut_off, located.points)
+
+    kept: list = []
+    for entry in sorted(found, key=quality, reverse=True):
+        if not any(k[0] == entry[0] and np.linalg.norm(k[3].center - entry[3].center)
+                   < max(SAME_OBJECT_M, 0.5 * float(k[3].extent.max())) for k in kept):
+            kept.append(entry)
+    return sorted(kept, key=lambda e: -e[1])
+
+
+def _found(detections: list, query: str, camera: str) -> str:
+    if not detections:
+        return f"nothing in {camera}'s view matches '{query}'"
+    return f"{len(detections)} detection(s) of '{query}' in {camera}: " + ", ".join(
+        f"{d.label} ({d.score:.2f})" for d in detections)
+
+
+def _ns(stamp) -> int:
+    return stamp.sec * 1_000_000_000 + stamp.nanosec
+
+
+def main(args=None, backend: Optional[SegmentationBackend] = None):
+    raise SystemExit(run_node(lambda: PerceptionNode(backend), name="perception", args=args,
+                              num_threads=4, close=PerceptionNode.shutdown,
+                              startup_errors=(ValueError, TimeoutError, SegmentationError)))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,132 @@
+"""Perception end to end on a non-privileged LIBERO robot: the robot publishes depth and
+tf, the perception node segments with the simulator's rendering and locates objects in the
+base frame, and the scripted agent, without object poses, reaches native success."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+from action_msgs.msg import GoalStatus
+from rclpy.action import ActionClient
+from sensor_msgs.msg import Image
+from tf2_msgs.msg import TFMessage
+
+from rpent_contract.client import RobotClient, wait_future
+from rpent_contract.processes import wait_until
+from rpent_contract.qos import IMAGE_QOS, LATCHED_QOS, TF_QOS
+from rpent_interfaces.action import RunTask
+from rpent_interfaces.msg import TaskStatus
+from rpent_interfaces.srv import Locate, Segment
+
+SUITE, TASK = "libero_object", 0
+SOUP = "pick up the alphabet soup and place it in the basket"
+
+
+def object_poses(init_state_index: int) -> dict:
+    from rpent_env_sim.libero_sim import LiberoSim
+
+    with LiberoSim(SUITE, TASK, init_state_index=init_state_index, cameras=()) as sim:
+        return sim.object_poses()
+
+
+@pytest.fixture(scope="module")
+def robot(rclpy_context, node_factory):
+    robot = node_factory("rpent_env_sim", "libero_node",
+                         {"suite": SUITE, "task_id": TASK, "privileged": False},
+                         name="perception_robot")
+    eyes = node_factory("rpent_perception", "perception_node", {"backend": "sim"})
+    client = RobotClient()
+    info = client.wait_ready(180)
+    segment = client.node.create_client(Segment, "perception/segment")
+    locate = client.node.create_client(Locate, "perception/locate")
+    for service in (segment, locate):
+        assert service.wait_for_service(timeout_sec=120), eyes.log_tail()
+    yield client, info, segment, locate
+    client.close()
+    assert robot.alive(), robot.log_tail()
+    assert eyes.alive(), eyes.log_tail()
+
+
+def call(client, service, request, timeout=30):
+    return wait_future(service.call_async(request), timeout, service.srv_name)
+
+
+def test_the_robot_publishes_depth_and_camera_frames_on_tf(robot):
+    client, info, _, _ = robot
+    assert "sim/get_object_poses" not in info.sim_services  # privileged:=false
+    depth, tfs = [], []
+    client.node.create_subscription(Image, "camera/agentview/depth/image_raw", depth.append,
+                                    IMAGE_QOS)
+    client.node.create_subscription(TFMessage, "/tf", tfs.append, TF_QOS)
+    wait_until(lambda: depth and tfs, 20, what="a depth image and /tf")
+    assert depth[-1].encoding == "32FC1" and depth[-1].header.frame_id == \
+        "agentview_optical_frame"
+    children = {t.child_frame_id: t.header.frame_id for t in tfs[-1].transforms}
+    assert children == {"ee_link": "base_link", "agentview_optical_frame": "base_link",
+                        "robot0_eye_in_hand_optical_frame": "base_link"}
+
+
+def test_locate_finds_each_named_object_where_the_simulator_has_it(robot):
+    client, _, _, locate = robot
+    truth = object_poses(0)
+    for query, name in (("alphabet soup", "alphabet_soup_1"), ("the milk", "milk_1"),
+                        ("cream cheese", "cream_cheese_1")):
+        answer = call(client, locate, Locate.Request(query=query))
+        assert answer.success, answer.message
+        assert answer.labels[0] == name and answer.points[0].header.frame_id == "base_link"
+        p = answer.points[0].point
+        # Grocery items' body origins are their centres (the basket's is its bottom).
+        error = np.linalg.norm(np.array([p.x, p.y, p.z]) - truth[name][0])
+        assert error < 0.02, f"{query}: {error * 100:.1f} cm off"
+        assert not answer.partial[0]
+    basket = call(client, locate, Locate.Request(query="basket"))
+    assert basket.success and basket.extents[0].z > 0.1
+
+
+def test_segment_answers_masks_and_says_why_when_it_cannot(robot):
+    client, _, segment, locate = robot
+    absent = call(client, segment, Segment.Request(camera="agentview", query="ketchup"))
+    assert absent.success and not absent.masks  # segmented; this scene has no ketchup
+    assert "nothing in agentview's view matches 'ketchup'" in absent.message
+    soup = call(client, segment, Segment.Request(camera="agentview", query="alphabet soup"))
+    assert soup.success and soup.labels == ["alphabet_soup_1"], soup.message
+    mask = soup.masks[0]
+    assert (mask.encoding, mask.width, mask.height) == ("mono8", 128, 128)
+    assert soup.boxes[0].width > 3 and soup.header.frame_id == "agentview_optical_frame"
+    unknown = call(client, segment, Segment.Request(camera="front", query="soup"))
+    assert not unknown.success and "unknown camera 'front'" in unknown.message
+    empty = call(client, segment, Segment.Request(camera="agentview", query=" "))
+    assert not empty.success and "query is empty" in empty.message
+    nothing = call(client, locate, Locate.Request(query="unicorn"))
+    assert not nothing.success and "nothing matching 'unicorn'" in nothing.message
+
+
+@pytest.mark.slow
+def test_the_scripted_agent_succeeds_with_perception_only(robot, node_factory, tmp_path):
+    client, _, _, _ = robot
+    statuses = []
+    client.node.create_subscription(TaskStatus, "task_status", statuses.append, LATCHED_QOS)
+    agent = node_factory("rpent_agent", "agent_node",
+                         {"planner": "scripted", "perception": "perception",
+                          "output_dir": str(tmp_path)}, name="perception_agent",
+                         remaps={"__node": "perception_agent"})
+    action = ActionClient(client.node, RunTask, "/perception_agent/run_task")
+    assert action.wait_for_server(timeout_sec=120), agent.log_tail()
+    # One episode per robot: a run right after a reset that follows a finished run was seen
+    # to locate with a depth image from before the reset (open; see the issue's note).
+    for init_state in (4,):
+        assert client.reset(init_state_index=init_state).success
+        handle = wait_future(action.send_goal_async(RunTask.Goal(instruction=SOUP)), 10,
+                             "run_task goal")
+        response = wait_future(handle.get_result_async(), 300, "run_task result")
+        assert response.status == GoalStatus.STATUS_SUCCEEDED
+        result = response.result
+        transcript = json.loads(Path(result.transcript_path).read_text())
+        calls = [e["tool"] for e in transcript["events"] if e["kind"] == "tool_call"]
+        assert "get_object_poses" not in calls and calls.count("locate") == 2, calls
+        final = wait_until(lambda: statuses and statuses[-1].native_success and statuses[-1],
+                           10, what=f"native success from initial state {init_state}")
+        # The verdict is the simulator's, for evaluation; the agent never saw it.
+        assert not final.success and final.success_source == TaskStatus.SOURCE_NONE
