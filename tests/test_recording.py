@@ -64,6 +64,9 @@ def test_libero_run_recording_survives_robot_crash_and_sigint(rclpy_context, nod
                 "/camera/agentview/image_raw", "/camera/agentview/camera_info",
                 "/camera/robot0_eye_in_hand/image_raw", "/camera/robot0_eye_in_hand/camera_info",
                 "/agent/events", "/predict/_action/feedback"}
+    # Aligned depth is recorded with the images it belongs to (camera/*/... matches it).
+    expected |= {f"/camera/{c}/depth/{t}" for c in ("agentview", "robot0_eye_in_hand")
+                 for t in ("image_raw", "camera_info")}
     assert set(counts) == expected
     assert counts["/agent/events"] == 10 and counts["/predict/_action/feedback"] == 5
     assert counts["/task_status"] >= 1
