@@ -103,6 +103,23 @@ def test_segment_answers_masks_and_says_why_when_it_cannot(robot):
     assert not nothing.success and "nothing matching 'unicorn'" in nothing.message
 
 
+def test_locate_right_after_a_reset_sees_the_scene_after_it(robot):
+    """The wrist camera jumps with the arm on reset: a locate asked the moment the reset
+    returns must not pair the new segmentation with depth and tf from before."""
+    client, _, _, locate = robot
+    wrist = Locate.Request(query="alphabet soup", camera="robot0_eye_in_hand")
+    settled = call(client, locate, wrist)
+    assert settled.success, settled.message
+    status, result = client.move_to([0.45, 0.15, 0.3], timeout=60)
+    assert status == GoalStatus.STATUS_SUCCEEDED, result.message
+    assert client.reset(init_state_index=0).success
+    at_once = call(client, locate, wrist)
+    assert at_once.success, at_once.message
+    for a, b in ((at_once.points[0].point, settled.points[0].point),
+                 (at_once.extents[0], settled.extents[0])):
+        assert np.linalg.norm([a.x - b.x, a.y - b.y, a.z - b.z]) < 0.005
+
+
 @pytest.mark.slow
 def test_the_scripted_agent_succeeds_with_perception_only(robot, node_factory, tmp_path):
     client, _, _, _ = robot
@@ -114,9 +131,7 @@ def test_the_scripted_agent_succeeds_with_perception_only(robot, node_factory, t
                          remaps={"__node": "perception_agent"})
     action = ActionClient(client.node, RunTask, "/perception_agent/run_task")
     assert action.wait_for_server(timeout_sec=120), agent.log_tail()
-    # One episode per robot: a run right after a reset that follows a finished run was seen
-    # to locate with a depth image from before the reset (open; see the issue's note).
-    for init_state in (4,):
+    for init_state in (1, 4):  # the second after a reset that undoes the first's placing
         assert client.reset(init_state_index=init_state).success
         handle = wait_future(action.send_goal_async(RunTask.Goal(instruction=SOUP)), 10,
                              "run_task goal")

@@ -360,9 +360,9 @@ class Toolkit:
         if not ok:
             return ToolResult(f"segment failed: {message}", ok=False)
         lines = [message] + [
-            f"{i + 1}. {d.label}: score {d.score:.2f}, box x {d.box()[0]} y {d.box()[1]} "
-            f"w {d.box()[2]} h {d.box()[3]} px, {int(d.mask.sum())} px"
-            for i, d in enumerate(detections)]
+            f"{i + 1}. {d.label}: score {d.score:.2f}, box x {x} y {y} w {w} h {h} px, "
+            f"{int(d.mask.sum())} px"
+            for i, (d, (x, y, w, h)) in enumerate((d, d.box()) for d in detections)]
         images = []
         frame = self.observer.frames().get(camera)
         if frame is not None and self.images:

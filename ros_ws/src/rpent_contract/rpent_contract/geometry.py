@@ -26,6 +26,15 @@ def quaternion_multiply(a, b) -> np.ndarray:
     ])
 
 
+def quaternion_to_matrix(q) -> np.ndarray:
+    """3x3 rotation matrix of an x, y, z, w quaternion."""
+    x, y, z, w = normalize_quaternion(q)
+    return np.array([
+        [1 - 2 * (y * y + z * z), 2 * (x * y - z * w), 2 * (x * z + y * w)],
+        [2 * (x * y + z * w), 1 - 2 * (x * x + z * z), 2 * (y * z - x * w)],
+        [2 * (x * z - y * w), 2 * (y * z + x * w), 1 - 2 * (x * x + y * y)]])
+
+
 def rotation_error(current, target) -> np.ndarray:
     """Axis-angle vector (rad) rotating orientation ``current`` onto ``target`` (both xyzw),
     in the frame both are given in (R_target R_current^T), the short way round."""

@@ -254,9 +254,6 @@ class LiberoDriver(RobotDriver):
         old.close()
 
     def segment(self, camera: str, query: str) -> list:
-        if camera not in self._sim.camera_names:
-            raise ValueError(f"unknown camera '{camera}'; cameras: "
-                             f"{', '.join(self._sim.camera_names)}")
         labels, names = self._call(self._sim.segmentation, camera)
         detections = []
         for name, score in match_names(query, names):

@@ -11,6 +11,8 @@ from typing import Optional
 
 import numpy as np
 
+from rpent_contract.geometry import quaternion_to_matrix
+
 
 @dataclass(frozen=True)
 class Intrinsics:
@@ -36,14 +38,6 @@ class Located:
     extent: np.ndarray  # (3,) m: size of that box
     points: int  # pixels with a valid depth reading
     cut_off: bool  # the mask touches the image border: part of the object is out of view
-
-
-def rotation_matrix(q) -> np.ndarray:
-    x, y, z, w = np.asarray(q, dtype=float) / np.linalg.norm(q)
-    return np.array([
-        [1 - 2 * (y * y + z * z), 2 * (x * y - z * w), 2 * (x * z + y * w)],
-        [2 * (x * y + z * w), 1 - 2 * (x * x + z * z), 2 * (y * z - x * w)],
-        [2 * (x * z - y * w), 2 * (y * z + x * w), 1 - 2 * (x * x + y * y)]])
 
 
 def _valid(depth: np.ndarray) -> np.ndarray:
@@ -93,4 +87,4 @@ def _to_base(pixels: np.ndarray, z: np.ndarray, k: Intrinsics, position, orienta
     x = (pixels[:, 0] - k.cx) * z / k.fx
     y = (pixels[:, 1] - k.cy) * z / k.fy
     camera = np.stack([x, y, z], axis=1)
-    return camera @ rotation_matrix(orientation).T + np.asarray(position, dtype=float)
+    return camera @ quaternion_to_matrix(orientation).T + np.asarray(position, dtype=float)

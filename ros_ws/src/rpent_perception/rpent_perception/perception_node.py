@@ -20,7 +20,7 @@ other :class:`~rpent_perception.backends.SegmentationBackend`.
 from __future__ import annotations
 
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from typing import Optional
 
 import numpy as np
@@ -33,7 +33,7 @@ from tf2_msgs.msg import TFMessage
 
 from rpent_contract import params
 from rpent_contract.client import RobotClient
-from rpent_contract.geometry import quaternion_multiply
+from rpent_contract.geometry import quaternion_multiply, quaternion_to_matrix
 from rpent_contract.images import image_to_numpy, to_rgb
 from rpent_contract.node_main import run_node
 from rpent_contract.perception import fill_segment_response
@@ -42,7 +42,7 @@ from rpent_contract.robot_node import SEGMENT_SERVICE
 from rpent_interfaces.srv import Locate, Segment
 
 from .backends import SegmentationBackend, SegmentationError
-from .geometry import Intrinsics, Located, locate_mask, rotation_matrix
+from .geometry import Intrinsics, Located, locate_mask
 
 BACKENDS = ("sim", "sam3_http")
 # Detections of one label closer than this (or than half the object's size) are the same
@@ -52,10 +52,11 @@ SAME_OBJECT_M = 0.05
 
 @dataclass
 class View:
-    """One camera's newest data."""
+    """One camera's newest data, and how many messages of each kind have arrived."""
     rgb: Optional[Image] = None
     depth: Optional[Image] = None
     info: Optional[CameraInfo] = None
+    received: dict = field(default_factory=lambda: {"rgb": 0, "depth": 0, "info": 0})
 
 
 class TfTree:
@@ -88,7 +89,7 @@ class TfTree:
                 if frame not in self._parents:
                     break
                 parent, t, r = self._parents[frame]
-                position = rotation_matrix(r) @ position + t
+                position = quaternion_to_matrix(r) @ position + t
                 orientation = quaternion_multiply(r, orientation)
                 frame = parent
         raise LookupError(f"no tf chain from '{source}' up to '{target}' (is the robot node "
@@ -101,8 +102,8 @@ class PerceptionNode(Node):
         d = lambda *a, **k: params.declare(self, *a, **k)  # noqa: E731
         backend_name = d("backend", "sim", "sim (the simulator's own segmentation) or "
                          "sam3_http (a SAM3 server at sam3_endpoint)", params.one_of(*BACKENDS))
-        self.max_age = d("max_age", 2.0, "s: camera data older than this is refused as stale",
-                         params.positive)
+        self.max_age = d("max_age", 2.0, "s to wait for camera data newer than a request "
+                         "before refusing it as stale", params.positive)
         self.min_score = d("min_score", 0.3, "detections scoring below this are dropped",
                            lambda v: None if 0.0 <= v <= 1.0 else "must be in [0, 1]")
         self.timeout = d("timeout", 30.0, "s a segmentation may take", params.positive)
@@ -124,7 +125,7 @@ class PerceptionNode(Node):
         self.base_frame = self.info.base_frame
         self.tf = TfTree()
         self._views = {name: View() for name in self.info.camera_names}
-        self._lock = threading.Lock()
+        self._arrived = threading.Condition()
         for name in self.info.camera_names:
             for kind, msg_type, topic in (("rgb", Image, "image_raw"),
                                           ("depth", Image, "depth/image_raw"),
@@ -153,38 +154,46 @@ class PerceptionNode(Node):
         return Sam3HttpBackend(self.get_parameter("sam3_endpoint").value, timeout=self.timeout)
 
     def _on_camera(self, name: str, kind: str, msg) -> None:
-        with self._lock:
-            setattr(self._views[name], kind, msg)
+        with self._arrived:
+            view = self._views[name]
+            setattr(view, kind, msg)
+            view.received[kind] += 1
+            self._arrived.notify_all()
 
     # --- data ----------------------------------------------------------------------------
     def _fresh_view(self, camera: str, need_depth: bool) -> View:
+        """The camera's data as it is after the request came in.
+
+        A robot republishes its latest frames every tick with a new stamp, so stamps cannot
+        tell a frame from before a reset or a motion's end from one after it; the frames
+        that arrive after the request can. Two of each are awaited: the first may have left
+        the robot just before the request's cause (a reset, say) had finished.
+        """
         if camera not in self._views:
             raise ValueError(f"unknown camera '{camera}'; cameras: "
                              f"{', '.join(self._views)}")
-        with self._lock:
-            view = View(**vars(self._views[camera]))
-        wanted = {"rgb": view.rgb, "info": view.info}
-        if need_depth:
-            wanted["depth"] = view.depth
-        missing = [k for k, v in wanted.items() if v is None]
+        kinds = ("rgb", "info", "depth") if need_depth else ("rgb", "info")
+        view = self._views[camera]
+        with self._arrived:
+            start = {k: view.received[k] for k in kinds}
+            fresh = lambda: [k for k in kinds if view.received[k] < start[k] + 2]  # noqa: E731
+            self._arrived.wait_for(lambda: not fresh(), timeout=self.max_age)
+            missing, view = fresh(), replace(view, received=dict(view.received))
         if missing:
+            names = {"rgb": "image_raw", "info": "camera_info", "depth": "depth/image_raw"}
             raise ValueError(
-                f"camera '{camera}' has published no {' / '.join(missing)} yet"
-                + (": it has no depth image (camera/<name>/depth/image_raw); locate needs "
-                   "an aligned depth camera" if "depth" in missing else ""))
-        now = self.get_clock().now().nanoseconds
-        age = (now - _ns(view.rgb.header.stamp)) / 1e9
-        if age > self.max_age:
-            raise ValueError(f"camera '{camera}''s newest image is {age:.1f} s old (max_age "
-                             f"{self.max_age:g} s): the robot or its camera stopped publishing")
+                f"camera '{camera}' published no new {' / '.join(names[k] for k in missing)} "
+                f"within max_age {self.max_age:g} s: "
+                + ("locate needs an aligned depth camera (camera/<name>/depth/image_raw)"
+                   if missing == ["depth"] and not view.received["depth"]
+                   else "the robot or its camera stopped publishing"))
         return view
 
     # --- services ------------------------------------------------------------------------
     def _segment(self, request, response):
         try:
             view = self._fresh_view(request.camera, need_depth=False)
-            rgb = to_rgb(image_to_numpy(view.rgb), view.rgb.encoding)
-            detections = self._detect(request.camera, rgb, request.query)
+            detections = self._detect(request.camera, view, request.query)
         except (ValueError, SegmentationError) as err:
             response.message = str(err)
             return response
@@ -192,9 +201,10 @@ class PerceptionNode(Node):
         response.message = _found(detections, request.query, request.camera)
         return response
 
-    def _detect(self, camera: str, rgb: np.ndarray, query: str) -> list:
+    def _detect(self, camera: str, view: View, query: str) -> list:
         if not query.strip():
             raise ValueError("the query is empty: say what to find, e.g. 'red mug'")
+        rgb = to_rgb(image_to_numpy(view.rgb), view.rgb.encoding)
         return [d for d in self.backend.segment(camera, rgb, query) if d.score >= self.min_score]
 
     def _locate(self, request, response):
@@ -231,7 +241,6 @@ class PerceptionNode(Node):
 
     def _locate_in(self, camera: str, query: str) -> list:
         view = self._fresh_view(camera, need_depth=True)
-        rgb = to_rgb(image_to_numpy(view.rgb), view.rgb.encoding)
         depth = image_to_numpy(view.depth)
         if depth.dtype == np.uint16:  # 16UC1 depth is in millimetres (REP-118)
             depth = depth.astype(np.float32) / 1000.0
@@ -239,7 +248,7 @@ class PerceptionNode(Node):
                                                or view.rgb.header.frame_id)
         intrinsics = Intrinsics.from_camera_info(view.info)
         located = []
-        for det in self._detect(camera, rgb, query):
+        for det in self._detect(camera, view, query):
             where = locate_mask(det.mask, depth, intrinsics, position, orientation)
             if where is not None:
                 located.append((det.label, det.score, camera, where))
@@ -270,10 +279,6 @@ def _found(detections: list, query: str, camera: str) -> str:
         return f"nothing in {camera}'s view matches '{query}'"
     return f"{len(detections)} detection(s) of '{query}' in {camera}: " + ", ".join(
         f"{d.label} ({d.score:.2f})" for d in detections)
-
-
-def _ns(stamp) -> int:
-    return stamp.sec * 1_000_000_000 + stamp.nanosec
 
 
 def main(args=None, backend: Optional[SegmentationBackend] = None):
