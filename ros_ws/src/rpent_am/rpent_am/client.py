@@ -11,7 +11,7 @@ import numpy as np
 from action_msgs.msg import GoalStatus
 from rclpy.action import ActionClient
 
-from rpent_contract.client import ContractTimeout, GoalRun, wait_future
+from rpent_contract.client import ContractTimeout, GoalRun, ask
 from rpent_contract.control_space import ControlSpaceSpec, chunk_to_array
 from rpent_contract.validation import GoalRejected, check_chunk
 from rpent_interfaces.action import Predict
@@ -60,7 +60,8 @@ class ActionModelClient:
         if not client.wait_for_service(timeout_sec=timeout):
             raise ContractTimeout(f"action-model service '{what}' not available after "
                                   f"{timeout:g} s; is the action-model node running?")
-        return wait_future(client.call_async(request), timeout, what)
+        # Both services (metadata, forgetting a session) may be asked twice.
+        return ask(client, request, timeout, what)
 
     def meta(self, timeout: float = 10.0) -> GetModelMeta.Response:
         return self._call(self._meta, GetModelMeta.Request(), timeout, "get_model_meta")

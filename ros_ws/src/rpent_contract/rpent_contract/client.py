@@ -51,6 +51,31 @@ def wait_future(future, timeout: float, what: str):
     return future.result()
 
 
+def ask(client, request, timeout: float, what: str):
+    """Call a service whose request may be repeated (a query, ``stop``) and wait for the
+    answer, asking again when none comes.
+
+    A server drops its response when it has not yet discovered the client's response
+    reader (Fast DDS gives discovery about 100 ms, which a loaded machine can exceed),
+    and ``wait_for_service`` cannot tell: it only sees the server's side. Attempts wait
+    2 s, then twice as long each time, ``timeout`` s in all.
+    """
+    deadline = time.monotonic() + timeout
+    attempt = 2.0
+    while True:
+        wait = max(0.0, min(attempt, deadline - time.monotonic()))
+        future = client.call_async(request)
+        try:
+            return wait_future(future, wait, what)
+        except ContractTimeout:
+            client.remove_pending_request(future)
+            if time.monotonic() >= deadline:
+                raise ContractTimeout(
+                    f"{what} got no answer within {timeout:g} s; check that its node is "
+                    "running in this ROS domain and namespace (ros2 node list)") from None
+        attempt *= 2
+
+
 class GoalRun:
     """A sent goal: wait for its result or cancel it."""
 
@@ -162,9 +187,13 @@ class RobotClient:
         self.node.destroy_node()
 
     # --- services ------------------------------------------------------------------------
-    def _call(self, client, request, timeout: float, what: str):
+    def _call(self, client, request, timeout: float, what: str, repeatable: bool = True):
+        """``repeatable``: asking twice does no harm, so a lost answer is asked for again
+        (see :func:`ask`); a reset is not."""
         if not client.wait_for_service(timeout_sec=timeout):
             raise ContractTimeout(f"service '{what}' not available after {timeout:g} s")
+        if repeatable:
+            return ask(client, request, timeout, what)
         return wait_future(client.call_async(request), timeout, what)
 
     def info(self, timeout: float = 10.0) -> GetRobotInfo.Response:
@@ -174,7 +203,7 @@ class RobotClient:
               init_state_index: int = -1, timeout: float = 60.0) -> ResetEpisode.Response:
         request = ResetEpisode.Request(suite=suite, task_id=task_id, seed=seed,
                                        init_state_index=init_state_index)
-        return self._call(self._reset, request, timeout, "reset")
+        return self._call(self._reset, request, timeout, "reset", repeatable=False)
 
     def stop(self, timeout: float = 5.0) -> Trigger.Response:
         return self._call(self._stop, Trigger.Request(), timeout, "stop")

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 import cv2
 import numpy as np
 
-from rpent_contract.client import ContractTimeout, wait_future
+from rpent_contract.client import ContractTimeout, ask
 from rpent_contract.perception import detections_from_response
 from rpent_interfaces.srv import Locate, Segment
 
@@ -42,16 +42,14 @@ class PerceptionClient:
 
     def segment(self, camera: str, query: str, timeout: float):
         """(detections, message); detections is empty when nothing matched or it failed."""
-        response = wait_future(self._segment.call_async(Segment.Request(camera=camera,
-                                                                        query=query)),
-                               timeout, f"{self.name}/segment")
+        response = ask(self._segment, Segment.Request(camera=camera, query=query), timeout,
+                       f"{self.name}/segment")
         return detections_from_response(response), response.message, response.success
 
     def locate(self, query: str, camera: str, timeout: float):
         """(objects best first, message)."""
-        response = wait_future(self._locate.call_async(Locate.Request(query=query,
-                                                                      camera=camera)),
-                               timeout, f"{self.name}/locate")
+        response = ask(self._locate, Locate.Request(query=query, camera=camera), timeout,
+                       f"{self.name}/locate")
         objects = [LocatedObject(label, float(score),
                                  np.array([p.point.x, p.point.y, p.point.z]),
                                  np.array([e.x, e.y, e.z]), cam, bool(partial))
