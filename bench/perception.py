@@ -3,7 +3,8 @@ LIBERO robot, and the scripted planner's success on libero_object with the simul
 object poses versus perception only.
 
     source scripts/env.sh && python bench/perception.py [--calls 20]
-    source scripts/env.sh && python bench/perception.py --success --init-states 0-4
+    source scripts/env.sh && python bench/perception.py --success --init-states 0-4 \
+        --out evals/perception-bench
 
 Timing: a libero_object task 0 robot (privileged:=false, two 128x128 cameras with depth)
 and a perception node (backend sim) in a domain of their own; every call is a service
@@ -77,16 +78,15 @@ def call_times(calls: int) -> dict:
             rclpy.try_shutdown()
 
 
-def success_rates(init_states: str) -> None:
-    from rpent.eval.stats import wilson
-
+def success_rates(init_states: str, out_dir: str) -> None:
     modes = (("object poses (privileged)", ()),
              ("perception only", ("privileged:=false", "perception:=sim", "am_backend:=none")))
     print("| agent sees | episodes | successes | rate | 95% Wilson |")
     print("|---|---|---|---|---|")
-    for label, extra in modes:
-        with tempfile.TemporaryDirectory() as tmp:
-            out = Path(tmp) / "ev"
+    with tempfile.TemporaryDirectory() as tmp:
+        for (label, extra), folder in zip(modes, ("privileged", "perception")):
+            # A kept folder makes a rerun resume, and its reports stay to read.
+            out = Path(out_dir or tmp) / folder
             proc = subprocess.run(
                 [sys.executable, "-m", "rpent.eval", "--suites", "libero_object", "--tasks",
                  "all", "--init-states", init_states, "--out", str(out), "--keep", "none",
@@ -95,11 +95,17 @@ def success_rates(init_states: str) -> None:
                 sys.exit(f"rpent eval failed ({proc.returncode})")
             records = [json.loads(line) for line in
                        (out / "results.jsonl").read_text().splitlines()]
-        done = [r for r in records if r["outcome"] != "error"]
-        wins = sum(r["outcome"] == "success" for r in done)
-        lo, hi = wilson(wins, len(done))
-        print(f"| {label} | {len(done)} | {wins} | {100 * wins / max(1, len(done)):.1f}% | "
-              f"[{100 * lo:.1f}, {100 * hi:.1f}] |", flush=True)
+            report(label, records)
+
+
+def report(label: str, records: list) -> None:
+    from rpent.eval.stats import wilson
+
+    done = [r for r in records if r["outcome"] != "error"]
+    wins = sum(r["outcome"] == "success" for r in done)
+    lo, hi = wilson(wins, len(done))
+    print(f"| {label} | {len(done)} | {wins} | {100 * wins / max(1, len(done)):.1f}% | "
+          f"[{100 * lo:.1f}, {100 * hi:.1f}] |", flush=True)
 
 
 def main() -> None:
@@ -108,13 +114,15 @@ def main() -> None:
     p.add_argument("--calls", type=int, default=20)
     p.add_argument("--success", action="store_true", help="also run the success comparison")
     p.add_argument("--init-states", default="0-4")
+    p.add_argument("--out", default="", help="keep the two evaluations here (default: a "
+                   "temporary folder)")
     opts = p.parse_args()
     for kind, values in call_times(opts.calls).items():
         ms = np.asarray(values) * 1e3
         print(f"{kind:8s} {len(ms)} calls: p50 {np.percentile(ms, 50):6.1f} ms  p95 "
               f"{np.percentile(ms, 95):6.1f} ms  max {ms.max():6.1f} ms")
     if opts.success:
-        success_rates(opts.init_states)
+        success_rates(opts.init_states, opts.out)
 
 
 if __name__ == "__main__":

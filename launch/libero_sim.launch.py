@@ -7,6 +7,7 @@ Launch arguments (name, default, what):
   init_state_index   0                recorded initial state of the task
   max_episode_steps  600              simulator steps before the episode ends
   privileged         true             false: no object poses or native success for the agent, as on a real arm
+  operator           auto             who answers the agent's operator requests: auto (the simulator) | human (rpent operator, the Foxglove layout)
   planner            ''               scripted | api | mcp; empty: api if model set, else scripted
   model              ''               provider:model for api, e.g. anthropic:claude-sonnet-4-5
   base_url           ''               OpenAI-compatible endpoint (Ollama, vLLM) for api

@@ -2,12 +2,15 @@
 from __future__ import annotations
 
 
+from pathlib import Path
+
 import pytest
 
 
 from rpent_contract.processes import NodeProcess, isolate_ros_graph  # noqa: E402
 
 DOMAIN = isolate_ros_graph()
+FRANKA_CONFIG = Path(__file__).resolve().parents[1] / "config" / "franka.yaml"
 
 
 @pytest.fixture(scope="session")
@@ -35,3 +38,24 @@ def node_factory(tmp_path_factory):
     yield start
     for proc in started:
         proc.stop()
+
+
+@pytest.fixture(scope="module")
+def franka(rclpy_context, node_factory, tmp_path_factory):
+    """franky-sim + the Franka node (config/franka.yaml) + a client, for a test module; the
+    sim is stopped even when a test fails. Yields (client, sim, node)."""
+    from rpent_contract.client import RobotClient
+    from rpent_hw.franky_sim import SIM_PARAMETERS, FrankySimProcess
+
+    sim = FrankySimProcess(tmp_path_factory.mktemp("franky_sim")).start()
+    client = None
+    try:
+        node = node_factory("rpent_hw", "franka_node", {**SIM_PARAMETERS, "robot_ip": sim.host},
+                            name="franka", params_file=FRANKA_CONFIG)
+        client = RobotClient()
+        client.wait_ready(60)
+        yield client, sim, node
+    finally:
+        if client is not None:
+            client.close()
+        sim.stop()

@@ -33,9 +33,10 @@ def test_starter_runs_a_libero_task_to_native_success(tmp_path):
     proc = start("libero_sim", f"run_dir:={run_dir}", "record:=true")
     out = finish(proc, 400)
     assert proc.returncode == 0, out[-4000:]
-    assert "native success : yes" in out
+    assert "task success   : yes (native)" in out
     result = json.loads((run_dir / "result.json").read_text())
     assert result["status"] == "success" and result["task_success"], result
+    assert result["success_source"] == "native", result
     assert (run_dir / "transcript.json").exists() and (run_dir / "episode.mp4").exists()
     assert (run_dir / "bag" / "metadata.yaml").exists(), "record:=true wrote no bag"
     # Every node the description names was started, with its name as the output prefix.

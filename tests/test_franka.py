@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import math
 import time
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -17,32 +16,10 @@ from action_msgs.msg import GoalStatus
 from rpent_contract.processes import wait_until
 from rpent_interfaces.action import ExecuteChunk
 
-CONFIG = Path(__file__).resolve().parents[1] / "config" / "franka.yaml"
 SUCCEEDED, ABORTED, CANCELED = (GoalStatus.STATUS_SUCCEEDED, GoalStatus.STATUS_ABORTED,
                                 GoalStatus.STATUS_CANCELED)
 
 pytestmark = pytest.mark.slow
-
-
-@pytest.fixture(scope="module")
-def franka(rclpy_context, node_factory, tmp_path_factory):
-    """franky-sim + the Franka node + a client; the sim is stopped even when a test fails."""
-    from rpent_contract.client import RobotClient
-    from rpent_hw.franky_sim import SIM_PARAMETERS, FrankySimProcess
-
-    log_dir = tmp_path_factory.mktemp("franka")
-    sim = FrankySimProcess(log_dir).start()
-    client = None
-    try:
-        node = node_factory("rpent_hw", "franka_node", {**SIM_PARAMETERS, "robot_ip": sim.host},
-                            name="franka_specific", params_file=CONFIG)
-        client = RobotClient()
-        client.wait_ready(60)
-        yield client, sim, node
-    finally:
-        if client is not None:
-            client.close()
-        sim.stop()
 
 
 def _state(client):

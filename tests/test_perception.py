@@ -1,6 +1,7 @@
 """Perception end to end on a non-privileged LIBERO robot: the robot publishes depth and
 tf, the perception node segments with the simulator's rendering and locates objects in the
-base frame, and the scripted agent, without object poses, reaches native success."""
+base frame, and the scripted agent, without object poses, succeeds and gets its verdict from
+the operator, whom the simulator stands in for."""
 from __future__ import annotations
 
 import json
@@ -141,7 +142,23 @@ def test_the_scripted_agent_succeeds_with_perception_only(robot, node_factory, t
         transcript = json.loads(Path(result.transcript_path).read_text())
         calls = [e["tool"] for e in transcript["events"] if e["kind"] == "tool_call"]
         assert "get_object_poses" not in calls and calls.count("locate") == 2, calls
-        final = wait_until(lambda: statuses and statuses[-1].native_success and statuses[-1],
-                           10, what=f"native success from initial state {init_state}")
-        # The verdict is the simulator's, for evaluation; the agent never saw it.
-        assert not final.success and final.success_source == TaskStatus.SOURCE_NONE
+        # No verdict from the robot: the planner asks the operator, whom the simulator
+        # stands in for (operator:=auto) with its own success check.
+        assert calls[-2:] == ["request_operator_verdict", "finish"], calls
+        assert result.task_success and result.success_source == TaskStatus.SOURCE_OPERATOR
+        recorded = json.loads((Path(result.run_dir) / "result.json").read_text())
+        assert recorded["status"] == "success" and recorded["success_source"] == "operator"
+        final = wait_until(lambda: statuses and statuses[-1].success and statuses[-1], 10,
+                           what=f"the verdict from initial state {init_state}")
+        assert final.native_success and final.success_source == TaskStatus.SOURCE_OPERATOR
+
+
+def test_the_simulator_answers_operator_requests_itself(robot):
+    client = robot[0]
+    assert client.reset(init_state_index=0).success
+    status, verdict = client.request_verdict("is the soup in the basket?")
+    assert status == GoalStatus.STATUS_SUCCEEDED and verdict.answered, verdict.message
+    assert not verdict.success and verdict.answered_by == "simulation"
+    status, reset = client.request_scene_reset("put the soup back")
+    assert status == GoalStatus.STATUS_SUCCEEDED and reset.done, reset.message
+    assert reset.answered_by == "simulation" and reset.episode_id != verdict.episode_id

@@ -63,13 +63,14 @@ def test_libero_run_recording_survives_robot_crash_and_sigint(rclpy_context, nod
     expected = {"/joint_states", "/ee_pose", "/robot_state", "/task_status",
                 "/camera/agentview/image_raw", "/camera/agentview/camera_info",
                 "/camera/robot0_eye_in_hand/image_raw", "/camera/robot0_eye_in_hand/camera_info",
-                "/agent/events", "/predict/_action/feedback"}
+                "/agent/events", "/predict/_action/feedback", "/operator/requests"}
     # Aligned depth is recorded with the images it belongs to (camera/*/... matches it).
     expected |= {f"/camera/{c}/depth/{t}" for c in ("agentview", "robot0_eye_in_hand")
                  for t in ("image_raw", "camera_info")}
     assert set(counts) == expected
     assert counts["/agent/events"] == 10 and counts["/predict/_action/feedback"] == 5
     assert counts["/task_status"] >= 1
+    assert counts["/operator/requests"] >= 1  # latched: the robot's empty list at start-up
     assert counts["/robot_state"] > 60, counts   # ~20 Hz for the ~5 s the robot lived
     for topic in ("/joint_states", "/ee_pose", "/camera/agentview/image_raw"):
         assert abs(counts[topic] - counts["/robot_state"]) <= 3, counts

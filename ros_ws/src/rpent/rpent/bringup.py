@@ -226,7 +226,7 @@ def _libero_sim(args: dict) -> list:
         "rpent_env_sim", "libero_node", "libero_sim", ns,
         params_files=robot_params(args, "libero_sim.yaml"),
         parameters={**task, "max_episode_steps": int(args["max_episode_steps"]),
-                    "privileged": _flag(args["privileged"])})
+                    "privileged": _flag(args["privileged"]), "operator": args["operator"]})
     models, model = model_nodes(args, ns)
     # A run without the simulator's object poses needs perception to find anything.
     backend = args["perception"]
@@ -283,6 +283,8 @@ BRINGUPS = {b.name: b for b in (
         Argument("max_episode_steps", "600", "simulator steps before the episode ends"),
         Argument("privileged", "true", "false: no object poses or native success for the "
                                        "agent, as on a real arm"),
+        Argument("operator", "auto", "who answers the agent's operator requests: auto (the "
+                                     "simulator) | human (rpent operator, the Foxglove layout)"),
         *AGENT_ARGS, *model_args("scripted"),
         *perception_args("auto", "auto (sim when privileged:=false, else none) | sim | "
                                  "sam3_http | none"), *VIEW_ARGS), _libero_sim),

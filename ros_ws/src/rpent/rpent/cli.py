@@ -1,6 +1,7 @@
 """The ``rpent`` command.
 
     rpent eval ...      success rates over LIBERO suites (rpent eval --help)
+    rpent operator ...  answer the agent's requests to the operator (rpent operator --help)
     rpent start ...     a bring-up without ros2 launch (rpent start --list)
 """
 from __future__ import annotations
@@ -11,6 +12,8 @@ import sys
 COMMANDS = {
     "eval": ("rpent.eval.cli", "success rates of a planner and action model over LIBERO "
                                "suites, in parallel, resumable"),
+    "operator": ("rpent.operator", "answer the agent's requests to the person at the robot "
+                                   "(verdicts, scene resets)"),
     "start": ("rpent.start", "start a bring-up without ros2 launch"),
 }
 

@@ -23,7 +23,7 @@ from rclpy.node import Node
 from rpent_contract import params
 from rpent_contract.client import RobotClient
 from rpent_interfaces.action import RunTask
-from rpent_interfaces.msg import AgentEvent
+from rpent_interfaces.msg import AgentEvent, TaskStatus
 
 from .memory import MemoryDir
 from .observer import RobotObserver
@@ -32,6 +32,8 @@ from .toolkit import Timeouts, Toolkit, RunState
 from .transcript import Transcript
 from .video import EpisodeVideo
 
+SUCCESS_SOURCE = {TaskStatus.SOURCE_NONE: "no verdict", TaskStatus.SOURCE_NATIVE: "native",
+                  TaskStatus.SOURCE_OPERATOR: "operator"}
 STATUS = {"success": RunTask.Result.STATUS_SUCCESS, "failure": RunTask.Result.STATUS_FAILURE,
           "stuck": RunTask.Result.STATUS_STUCK, "max_turns": RunTask.Result.STATUS_MAX_TURNS,
           "error": RunTask.Result.STATUS_ERROR, "canceled": RunTask.Result.STATUS_CANCELED}
@@ -271,13 +273,16 @@ class AgentNode(Node):
         status, summary = run.finished
         task = self.observer.settled_task(self.get_clock().now().nanoseconds)
         task_success = bool(task is not None and task.success)
+        source = task.success_source if task is not None else TaskStatus.SOURCE_NONE
         listener(kind="finish", text=f"{status}: {summary}", ok=status == "success")
         result = RunTask.Result(
             status=STATUS[status], summary=summary, task_success=task_success,
+            success_source=source,
             turns=run.turns, tool_calls=run.tool_calls, input_tokens=run.input_tokens,
             output_tokens=run.output_tokens, transcript_path=str(run_dir / "transcript.json"),
             run_dir=str(run_dir))
         outcome = {"status": status, "summary": summary, "task_success": task_success,
+                   "success_source": SUCCESS_SOURCE[source],
                    "turns": run.turns, "tool_calls": run.tool_calls, "steps": run.steps_used,
                    "input_tokens": run.input_tokens, "output_tokens": run.output_tokens}
         extra = {}
@@ -317,7 +322,8 @@ def summary(result) -> str:
     lines = [
         "",
         f"  agent status   : {status} ({result.summary})",
-        f"  native success : {'yes' if result.task_success else 'no'}",
+        f"  task success   : {'yes' if result.task_success else 'no'} "
+        f"({SUCCESS_SOURCE[result.success_source]})",
         f"  turns / tools  : {result.turns} / {result.tool_calls}",
         f"  run folder     : {run_dir}",
         f"  transcript     : {result.transcript_path}",

@@ -144,6 +144,17 @@ class Toolkit:
                      "action": {"type": "string", "enum": ["open", "close", "width"]},
                      "width": {"type": "number", "description": "m, for action 'width'"}},
                   "required": ["action"]}, self._gripper),
+            Tool("request_operator_verdict", "Ask the person running the robot whether the "
+                 "task is achieved, e.g. when you believe it is done and want it confirmed. "
+                 "Waits (minutes if need be) for the answer, which becomes the task's verdict.",
+                 {"type": "object", "properties": {"question": {"type": "string"}},
+                  "required": ["question"]}, self._request_verdict, images=False),
+            Tool("request_scene_reset", "Ask the person running the robot to put the objects "
+                 "back where they started (say what in note), e.g. after knocking something "
+                 "over. Waits for them; then the robot resets (arm to its start pose) and a new "
+                 "episode starts.",
+                 {"type": "object", "properties": {"note": {"type": "string"}},
+                  "required": ["note"]}, self._request_scene_reset),
             Tool("finish", "End the run: status 'success' when the task is done, 'failure' "
                  "when it cannot be done, 'stuck' when you cannot make progress; summary says "
                  "what happened.",
@@ -396,6 +407,24 @@ class Toolkit:
         ok = report.outcome in ("task_success", "chunks_done", "max_steps")
         return ToolResult(text, ok=ok, data={"outcome": report.outcome,
                                              "task_success": report.task_success})
+
+    def _request_verdict(self, question) -> ToolResult:
+        _status, result = self.robot.request_verdict(str(question),
+                                                     idle_timeout=self.timeouts.service * 6)
+        comment = f" ({result.comment})" if result.comment else ""
+        data = {"answered": result.answered, "success": result.success}
+        if not result.answered:
+            return ToolResult(f"no verdict: {result.message}", ok=False, data=data)
+        verdict = "the task is achieved" if result.success else "the task is NOT achieved"
+        return ToolResult(f"{result.answered_by} says {verdict}{comment}", data=data)
+
+    def _request_scene_reset(self, note) -> ToolResult:
+        _status, result = self.robot.request_scene_reset(str(note),
+                                                         idle_timeout=self.timeouts.service * 6)
+        if not result.done:
+            return ToolResult(f"scene not reset: {result.message}", ok=False)
+        comment = f" ({result.comment})" if result.comment else ""
+        return ToolResult(f"{result.message}{comment}; episode {result.episode_id}")
 
     def _finish(self, status, summary) -> ToolResult:
         if status not in FINISH_STATUSES:

@@ -119,8 +119,6 @@ class Peer:
     """An HTTP server whose /call answer is ``reply(body) -> (status, bytes)``."""
 
     def __init__(self, reply, delay=0.0):
-        peer = self
-
         class Handler(BaseHTTPRequestHandler):
             protocol_version = "HTTP/1.1"
 

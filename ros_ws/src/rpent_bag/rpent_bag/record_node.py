@@ -23,7 +23,7 @@ from rpent_contract.params import ParameterError, declare, positive
 DEFAULT_TOPICS = [
     "joint_states", "ee_pose", "robot_state", "task_status",
     "camera/*/image_raw", "camera/*/camera_info",
-    "*predict/_action/feedback", "agent/events",
+    "*predict/_action/feedback", "agent/events", "operator/requests",
 ]
 
 

@@ -23,13 +23,24 @@ from rclpy.action import ActionClient
 from rclpy.executors import MultiThreadedExecutor
 from std_srvs.srv import Trigger
 
-from rpent_interfaces.action import ExecuteChunk, GripperCommand, MoveTo
+from rpent_interfaces.action import (
+    ExecuteChunk,
+    GripperCommand,
+    MoveTo,
+    RequestOperatorVerdict,
+    RequestSceneReset,
+)
 from rpent_interfaces.srv import GetObjectPoses, GetRobotInfo, ResetEpisode, Segment
 
 from .control_space import array_to_chunk
 from .geometry import pose_from_msg, pose_to_msg
 from .perception import detections_from_response
-from .robot_node import OBJECT_POSES_SERVICE, SEGMENT_SERVICE
+from .robot_node import (
+    OBJECT_POSES_SERVICE,
+    SCENE_RESET_ACTION,
+    SEGMENT_SERVICE,
+    VERDICT_ACTION,
+)
 
 STATUS_NAMES = {
     GoalStatus.STATUS_SUCCEEDED: "succeeded", GoalStatus.STATUS_ABORTED: "aborted",
@@ -159,6 +170,8 @@ class RobotClient:
             "execute_chunk": ActionClient(n, ExecuteChunk, "execute_chunk"),
             "move_to": ActionClient(n, MoveTo, "move_to"),
             "gripper_command": ActionClient(n, GripperCommand, "gripper_command"),
+            VERDICT_ACTION: ActionClient(n, RequestOperatorVerdict, VERDICT_ACTION),
+            SCENE_RESET_ACTION: ActionClient(n, RequestSceneReset, SCENE_RESET_ACTION),
         }
         self._reset = n.create_client(ResetEpisode, "reset")
         self._info = n.create_client(GetRobotInfo, "get_robot_info")
@@ -244,3 +257,20 @@ class RobotClient:
     def gripper(self, width: float, max_effort: float = 0.0, timeout: float = 60.0):
         goal = GripperCommand.Goal(position=float(width), max_effort=float(max_effort))
         return self.send("gripper_command", goal).result_while_progressing(timeout)
+
+    # --- operator requests ---------------------------------------------------------------
+    # While a person decides, the robot sends feedback every second; ``idle_timeout`` only
+    # notices a robot node that stopped answering (an automatic scene reset runs a reset).
+    def request_verdict(self, question: str, timeout: float = 0.0, feedback=None,
+                        idle_timeout: float = 60.0):
+        """Ask the operator whether the task is achieved; waits up to ``timeout`` s (0 = the
+        robot's ``operator_timeout``) for the answer. Returns (status, result)."""
+        goal = RequestOperatorVerdict.Goal(question=question, timeout=float(timeout))
+        return self.send(VERDICT_ACTION, goal, feedback).result_while_progressing(idle_timeout)
+
+    def request_scene_reset(self, note: str, timeout: float = 0.0, feedback=None,
+                            idle_timeout: float = 60.0):
+        """Ask the operator to put the scene back, then the robot resets. (status, result)."""
+        goal = RequestSceneReset.Goal(note=note, timeout=float(timeout))
+        return self.send(SCENE_RESET_ACTION, goal, feedback).result_while_progressing(
+            idle_timeout)

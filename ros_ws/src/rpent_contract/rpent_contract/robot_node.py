@@ -13,9 +13,10 @@ from __future__ import annotations
 
 import threading
 import traceback
-from typing import Optional
+from typing import Callable, Optional
 
 import numpy as np
+from builtin_interfaces.msg import Time
 from geometry_msgs.msg import PoseStamped, TransformStamped
 from rclpy.action import ActionServer, CancelResponse, GoalResponse
 from rclpy.callback_groups import MutuallyExclusiveCallbackGroup, ReentrantCallbackGroup
@@ -25,9 +26,21 @@ from std_msgs.msg import Header
 from std_srvs.srv import Trigger
 from tf2_msgs.msg import TFMessage
 
-from rpent_interfaces.action import ExecuteChunk, GripperCommand, MoveTo
-from rpent_interfaces.msg import RobotState, TaskStatus
-from rpent_interfaces.srv import GetObjectPoses, GetRobotInfo, ResetEpisode, Segment
+from rpent_interfaces.action import (
+    ExecuteChunk,
+    GripperCommand,
+    MoveTo,
+    RequestOperatorVerdict,
+    RequestSceneReset,
+)
+from rpent_interfaces.msg import OperatorRequest, OperatorRequests, RobotState, TaskStatus
+from rpent_interfaces.srv import (
+    AnswerOperator,
+    GetObjectPoses,
+    GetRobotInfo,
+    ResetEpisode,
+    Segment,
+)
 
 from . import params
 from .control_space import chunk_to_array
@@ -36,12 +49,17 @@ from .geometry import pose_from_msg, pose_to_msg
 from .images import numpy_to_image
 from .motion import MotionArbiter
 from .node_main import run_node
+from .operator import SCENE_RESET, VERDICT, Answer, OperatorDesk
 from .perception import fill_segment_response
 from .qos import IMAGE_QOS, LATCHED_QOS, STATE_QOS, TF_QOS
 from .validation import GoalRejected, Workspace, check_chunk, check_pose_target, check_positive
 
 OBJECT_POSES_SERVICE = "sim/get_object_poses"
 SEGMENT_SERVICE = "sim/segment"
+VERDICT_ACTION = "operator/request_verdict"
+SCENE_RESET_ACTION = "operator/request_scene_reset"
+ANSWER_SERVICE = "operator/answer"
+REQUESTS_TOPIC = "operator/requests"
 
 
 def optical_frame(camera: str) -> str:
@@ -94,6 +112,18 @@ class RobotContractNode(Node):
         self.driver: RobotDriver = self.create_driver()
         desc = self.driver.description
         self.description = desc
+        self.operator = d(
+            "operator", "auto" if desc.simulated else "human",
+            "Who answers operator requests: 'human' (rpent operator, the Foxglove layout's "
+            "operator panel) or, in simulation, 'auto' (verdict = the simulator's success "
+            "check, scene reset = simulator reset)",
+            lambda v: None if v == "human" or (v == "auto" and desc.simulated) else (
+                "must be 'human' on a real robot: nothing but a person can judge its task or "
+                "put its scene back" if v == "auto" else "must be 'auto' or 'human'"))
+        self.operator_timeout = d(
+            "operator_timeout", 600.0, "Default wait for an operator's answer, s",
+            params.positive)
+        self._verdict: Optional[tuple] = None  # (episode id, success) from the operator
         self._arbiter = MotionArbiter()
         self._mode = RobotState.MODE_IDLE
         self._active_goal = ""
@@ -120,6 +150,10 @@ class RobotContractNode(Node):
             for name in desc.depth_camera_names
         }
         self._tf_pub = self.create_publisher(TFMessage, "/tf", TF_QOS)
+        self._requests_pub = self.create_publisher(OperatorRequests, REQUESTS_TOPIC,
+                                                   LATCHED_QOS)
+        self._desk = OperatorDesk(self._publish_requests)
+        self._publish_requests([])
 
         motions = ReentrantCallbackGroup()
         self._action_servers = [
@@ -134,11 +168,25 @@ class RobotContractNode(Node):
             (GripperCommand, "gripper_command", self._gripper_command),
             )
         ]
+        # Waiting for a person takes minutes: a group of its own keeps motions and services
+        # answering meanwhile (one request of each kind waits at a time).
+        operator = ReentrantCallbackGroup()
+        self._action_servers += [
+            ActionServer(self, action_type, name, execute_callback=execute,
+                         goal_callback=lambda _goal: GoalResponse.ACCEPT,
+                         cancel_callback=lambda _goal: CancelResponse.ACCEPT,
+                         callback_group=operator)
+            for action_type, name, execute in (
+                (RequestOperatorVerdict, VERDICT_ACTION, self._request_verdict),
+                (RequestSceneReset, SCENE_RESET_ACTION, self._request_scene_reset))
+        ]
         services = ReentrantCallbackGroup()
         self.create_service(ResetEpisode, "reset", self._reset, callback_group=services)
         self.create_service(GetRobotInfo, "get_robot_info", self._get_robot_info,
                             callback_group=services)
         self.create_service(Trigger, "stop", self._stop, callback_group=services)
+        self.create_service(AnswerOperator, ANSWER_SERVICE, self._answer_operator,
+                            callback_group=services)
         if OBJECT_POSES_SERVICE in desc.sim_services:
             self.create_service(GetObjectPoses, OBJECT_POSES_SERVICE, self._object_poses,
                                 callback_group=services)
@@ -225,9 +273,11 @@ class RobotContractNode(Node):
 
     def _publish_task(self, snap: RobotSnapshot) -> None:
         t = snap.task
+        verdict = self._verdict[1] if self._verdict and self._verdict[0] == t.episode_id \
+            else None
         key = (t.instruction, t.suite, t.task_name, t.task_id, t.episode_id, t.max_steps,
                t.success, t.success_is_native, t.done, t.native_success,
-               int(snap.episode_step))
+               int(snap.episode_step), verdict)
         with self._task_lock:
             if key == self._last_task:
                 return
@@ -240,10 +290,12 @@ class RobotContractNode(Node):
         msg.step, msg.max_steps = int(snap.episode_step), int(t.max_steps)
         msg.success, msg.done = bool(t.success), bool(t.done)
         msg.native_success = bool(t.native_success)
-        if t.success_is_native and (t.success or t.done):
-            msg.success_source = TaskStatus.SOURCE_NATIVE
-        elif t.success:  # only an operator can make a robot without a native check succeed
-            msg.success_source = TaskStatus.SOURCE_OPERATOR
+        if t.success_is_native:
+            if t.success or t.done:
+                msg.success_source = TaskStatus.SOURCE_NATIVE
+        elif verdict is not None:
+            msg.success, msg.success_source = verdict, TaskStatus.SOURCE_OPERATOR
+            msg.done = msg.done or verdict
         self._task_pub.publish(msg)
 
     # --- motion plumbing -------------------------------------------------------------------
@@ -474,27 +526,142 @@ class RobotContractNode(Node):
         return response
 
     def _reset(self, request, response):
+        snap, response.message = self._reset_episode(ResetRequest(
+            suite=request.suite, task_id=request.task_id, seed=request.seed,
+            init_state_index=request.init_state_index))
+        response.success = snap is not None
+        if snap is not None:
+            response.instruction = snap.task.instruction
+            response.episode_id = snap.task.episode_id
+        return response
+
+    def _reset_episode(self, request: ResetRequest):
+        """(snapshot of the new episode or None, message)."""
         motion = Motion()
         if not self._arbiter.begin(motion, "reset"):
-            response.success, response.message = False, f"reset not run: {motion.reason}"
-            return response
+            return None, f"reset not run: {motion.reason}"
         try:
-            snap = self.driver.reset(ResetRequest(
-                suite=request.suite, task_id=request.task_id, seed=request.seed,
-                init_state_index=request.init_state_index))
+            snap = self.driver.reset(request)
         except ValueError as err:
-            response.success, response.message = False, f"reset refused: {err}"
-            return response
+            return None, f"reset refused: {err}"
         except Exception as err:
             self.get_logger().error(f"reset failed: {err}\n{traceback.format_exc()}")
-            response.success, response.message = False, f"reset failed: {err}"
-            return response
+            return None, f"reset failed: {err}"
         finally:
             self._arbiter.end(motion)
         self._mode = RobotState.MODE_IDLE
-        response.success, response.message = True, "episode reset"
-        response.instruction, response.episode_id = snap.task.instruction, snap.task.episode_id
         self._publish_task(snap)
+        return snap, "episode reset"
+
+    # --- operator requests -----------------------------------------------------------------
+    def _publish_requests(self, pending: list) -> None:
+        msg = OperatorRequests()
+        msg.header.stamp = self.get_clock().now().to_msg()
+        for r in pending:
+            item = OperatorRequest(request_id=r.request_id, text=r.text, episode_id=r.episode_id)
+            item.kind = (OperatorRequest.KIND_VERDICT if r.kind == VERDICT
+                         else OperatorRequest.KIND_SCENE_RESET)
+            item.stamp, item.deadline = _stamp(r.asked_at), _stamp(r.deadline)
+            msg.pending.append(item)
+        self._requests_pub.publish(msg)
+
+    def _wait_operator(self, goal_handle, kind: str, text: str, timeout: float, feedback_type,
+                       auto: Callable[[], Answer]):
+        """(the operator's Answer, "") or (None, why not); ``auto()`` answers in simulation
+        with operator:=auto."""
+        if self.operator == "auto":
+            return auto(), ""
+        if not np.isfinite(timeout) or timeout < 0:
+            return None, f"timeout must be a finite number of seconds >= 0, not {timeout}"
+        episode = self.driver.snapshot().task.episode_id
+        try:
+            request = self._desk.ask(kind, text, episode, timeout or self.operator_timeout)
+        except ValueError as err:
+            return None, str(err)
+        self.get_logger().warning(
+            f"waiting for the operator ({kind.replace('_', ' ')} {request.request_id}): {text!r}; "
+            f"answer with: rpent operator answer {'yes|no' if kind == VERDICT else 'done'}")
+
+        def tick(waited: float) -> None:
+            fb = feedback_type()
+            fb.request_id, fb.waited = request.request_id, float(waited)
+            goal_handle.publish_feedback(fb)
+
+        tick(0.0)
+        answer = self._desk.wait(request, lambda: goal_handle.is_cancel_requested, tick)
+        if answer is not None:
+            return answer, ""
+        if goal_handle.is_cancel_requested:
+            return None, "canceled before the operator answered"
+        return None, (f"no operator answered within {timeout or self.operator_timeout:g} s; "
+                      "answer with 'rpent operator' (or the Foxglove layout's operator panel) "
+                      "while the request waits, or give a longer timeout")
+
+    def _end_request(self, goal_handle, result, answered: bool):
+        if not answered and goal_handle.is_cancel_requested:
+            goal_handle.canceled()
+        elif answered:
+            goal_handle.succeed()
+        else:
+            goal_handle.abort()
+        return result
+
+    def _request_verdict(self, goal_handle):
+        goal, result = goal_handle.request, RequestOperatorVerdict.Result()
+        answer, result.message = self._wait_operator(
+            goal_handle, VERDICT, goal.question, goal.timeout, RequestOperatorVerdict.Feedback,
+            lambda: Answer(bool(self.driver.snapshot().task.native_success),
+                           "the simulator's success check", "simulation"))
+        if answer is None:
+            return self._end_request(goal_handle, result, False)
+        snap = self.driver.snapshot()
+        result.answered, result.success = True, answer.success
+        result.comment, result.answered_by = answer.comment, answer.answered_by
+        result.episode_id = snap.task.episode_id
+        verdict = "achieved" if answer.success else "not achieved"
+        if snap.task.success_is_native:
+            result.message = (f"{answer.answered_by}: task {verdict}; this robot judges "
+                              "success itself, so task_status keeps its own verdict")
+        else:
+            self._verdict = (snap.task.episode_id, answer.success)
+            self._publish_task(snap)
+            result.message = f"{answer.answered_by}: task {verdict}"
+        if answer.comment:
+            result.message += f" ({answer.comment})"
+        self.get_logger().info(f"operator verdict: {result.message}")
+        return self._end_request(goal_handle, result, True)
+
+    def _request_scene_reset(self, goal_handle):
+        goal, result = goal_handle.request, RequestSceneReset.Result()
+        answer, result.message = self._wait_operator(
+            goal_handle, SCENE_RESET, goal.note, goal.timeout, RequestSceneReset.Feedback,
+            lambda: Answer(True, "the simulator put the scene back", "simulation"))
+        if answer is None:
+            return self._end_request(goal_handle, result, False)
+        result.comment, result.answered_by = answer.comment, answer.answered_by
+        if not answer.success:
+            result.message = (f"the operator did not put the scene back"
+                              f"{': ' + answer.comment if answer.comment else ''}")
+            return self._end_request(goal_handle, result, True)
+        snap, message = self._reset_episode(ResetRequest())
+        result.done = snap is not None
+        if snap is None:
+            result.message = f"the scene was put back, but the robot's {message}"
+        else:
+            result.episode_id = snap.task.episode_id
+            result.message = f"scene reset by the {answer.answered_by}; new episode started"
+        return self._end_request(goal_handle, result, True)
+
+    def _answer_operator(self, request, response):
+        try:
+            answered = self._desk.answer(request.request_id,
+                                         Answer(bool(request.success), request.comment))
+        except ValueError as err:
+            response.accepted, response.message = False, str(err)
+            return response
+        response.accepted = True
+        response.message = (f"{answered.kind.replace('_', ' ')} {answered.request_id} answered "
+                            f"{'yes' if request.success else 'no'}")
         return response
 
     def _get_robot_info(self, _request, response):
@@ -551,7 +718,12 @@ class RobotContractNode(Node):
         return response
 
 
-def spin_robot_node(node_class, args=None, num_threads: int = 4) -> int:
+def _stamp(seconds: float) -> Time:
+    whole = int(seconds)
+    return Time(sec=whole, nanosec=int((seconds - whole) * 1e9))
+
+
+def spin_robot_node(node_class, args=None, num_threads: int = 6) -> int:
     """Run a robot node until Ctrl-C / shutdown; start-up errors exit 2 with the reason."""
     return run_node(node_class, name=node_class.__name__, args=args, num_threads=num_threads,
                     close=node_class.shutdown)

@@ -6,6 +6,8 @@ No rclpy here; the node feeds :meth:`FoxgloveBridge.on_message` from its subscri
   ``ros2msg`` schema (the full definition with dependencies), so the bytes DDS delivered
   go to the client untouched and Foxglove decodes them itself. A topic may instead get a
   ``transform`` (the node uses it to send camera images as JPEG CompressedImage).
+* Services: allow-listed ROS services are offered to viewers as Foxglove services with
+  JSON requests and responses (a viewer's Call Service panel), e.g. ``operator/answer``.
 * Allow-list and per-topic rate limits are decided in the ROS callback, before anything
   is copied or queued.
 * The callback only appends to a bounded drop-oldest queue; one sender thread does the
@@ -16,12 +18,15 @@ No rclpy here; the node feeds :meth:`FoxgloveBridge.on_message` from its subscri
 """
 from __future__ import annotations
 
+import json
 import threading
 import time
 from dataclasses import dataclass, field
 from typing import Callable, Optional
 
 import foxglove
+from foxglove import MessageSchema, Schema, Service, ServiceSchema
+from foxglove.websocket import Capability
 
 from rpent_bag.dropqueue import DropOldestQueue
 
@@ -69,7 +74,8 @@ class FoxgloveBridge:
         self.context = foxglove.Context()
         self.server = foxglove.start_server(
             name=name, host=host, port=port, context=self.context,
-            message_backlog_size=client_backlog)
+            message_backlog_size=client_backlog, capabilities=[Capability.Services],
+            supported_encodings=["json"])
         self._queue = DropOldestQueue(queue_size)
         self._routes: dict[str, _Route] = {}
         self._lock = threading.Lock()
@@ -103,6 +109,20 @@ class FoxgloveBridge:
         messages while ``wanted()``; the topic must have been added."""
         with self._lock:
             self._routes[topic].derived.append((handler, wanted))
+
+    def add_service(self, name: str, type_name: str, request_schema: dict,
+                    response_schema: dict, handler: Callable[[bytes], bytes]) -> None:
+        """Offer service ``name``: ``handler(JSON request) -> JSON response`` runs on the
+        server's thread; an exception reaches the caller as the call's failure message."""
+        def schema(part: str, body: dict) -> MessageSchema:
+            return MessageSchema(encoding="json", schema=Schema(
+                name=f"{type_name}_{part}", encoding="jsonschema",
+                data=json.dumps(body).encode()))
+
+        self.server.add_services([Service(
+            name, schema=ServiceSchema(type_name, request=schema("Request", request_schema),
+                                       response=schema("Response", response_schema)),
+            handler=lambda request: handler(request.payload))])
 
     def has_topic(self, topic: str) -> bool:
         return topic in self._routes

@@ -1,5 +1,6 @@
 """Foxglove bridge node: the robot contract, action-model chunks and agent events on a
-Foxglove WebSocket (Foxglove SDK server), plus a 3D scene and a readable agent log.
+Foxglove WebSocket (Foxglove SDK server), plus a 3D scene, a readable agent log and the
+operator's answer service for a viewer's Call Service panel.
 
     ros2 run rpent_foxglove bridge --ros-args --params-file config/foxglove_bridge.yaml
 
@@ -9,6 +10,7 @@ config/foxglove_layout.json.
 from __future__ import annotations
 
 import fnmatch
+import json
 import sys
 
 from rclpy.node import Node
@@ -17,11 +19,13 @@ from rclpy.serialization import deserialize_message, serialize_message
 from foxglove.channels import FrameTransformsChannel, LogChannel, SceneUpdateChannel
 from rpent_bag import definitions, graph
 from rpent_bag.record_node import DEFAULT_TOPICS
+from rpent_contract.client import wait_future
 from rpent_contract.node_main import run_node
 from rpent_contract.images import image_to_numpy, rgb_to_compressed, to_rgb
 from rpent_contract.params import ParameterError, declare, non_negative, positive
 from rpent_foxglove import scene
 from rpent_foxglove.bridge import FoxgloveBridge
+from rpent_foxglove.json_message import from_json, json_schema, to_json
 
 
 def _rate_limits(value):
@@ -53,6 +57,11 @@ class BridgeNode(Node):
                      else "must be a non-empty list of topic names")
         limits = d("rate_limits", [""], "Per-topic 'pattern:max_hz' entries; unmatched = no limit",
                    lambda v: _rate_limits([x for x in v if x]))
+        services = d("services", ["operator/answer"],
+                     "Services a viewer may call (Call Service panel): names or glob "
+                     "patterns, relative to the namespace")
+        self._service_timeout = d("service_timeout", 10.0,
+                                  "s a viewer's service call waits for the ROS service", positive)
         jpeg = d("jpeg_topics", [""], "Image topics sent as JPEG CompressedImage on <topic>/compressed")
         self._jpeg_quality = d("jpeg_quality", 80, "JPEG quality 1-100",
                                lambda v: None if 1 <= v <= 100 else "must be in [1, 100]")
@@ -70,6 +79,7 @@ class BridgeNode(Node):
 
         try:
             self._patterns = graph.resolve_patterns(self, patterns)
+            self._service_patterns = graph.resolve_patterns(self, [p for p in services if p])
             self._jpeg = graph.resolve_patterns(self, [p for p in jpeg if p])
             self._limits = []
             for item in (x for x in limits if x):
@@ -91,13 +101,14 @@ class BridgeNode(Node):
         self._scene = SceneUpdateChannel(ns_scene, context=ctx)
         self._log = LogChannel(ns_log, context=ctx)
         self._subs = {}
+        self._offered = {}
         self.create_timer(period, self._discover)
         if stats_period > 0:
             self.create_timer(stats_period, self._report)
         self._discover()
         self.get_logger().info(
             f"Foxglove bridge listening on ws://{host}:{self.bridge.port} (foxglove.sdk.v1), "
-            f"allowed {self._patterns}")
+            f"allowed {self._patterns}, services {self._service_patterns}")
 
     # --- topics ---------------------------------------------------------------------------
     def _max_hz(self, topic: str) -> float:
@@ -107,6 +118,7 @@ class BridgeNode(Node):
         return 0.0
 
     def _discover(self) -> None:
+        self._discover_services()
         for topic, type_name in graph.discover(self, self._patterns, set(self._subs)):
             try:
                 cls = definitions.message_class(type_name)
@@ -136,6 +148,37 @@ class BridgeNode(Node):
                     t, self.get_clock().now().nanoseconds, data),
                 graph.subscription_qos(self, topic, self._depth), raw=True)
             self.get_logger().info(f"bridging {topic} [{type_name}]" + (" as JPEG" if jpeg else ""))
+
+    def _discover_services(self) -> None:
+        for name, types in self.get_service_names_and_types():
+            if name in self._offered or not types or not any(
+                    fnmatch.fnmatchcase(name, p) for p in self._service_patterns):
+                continue
+            try:
+                srv = definitions.message_class(types[0])
+            except definitions.DefinitionError as err:
+                self.get_logger().error(f"not offering service {name}: {err}")
+                self._offered[name] = None
+                continue
+            client = self.create_client(srv, name)
+            self._offered[name] = client
+            self.bridge.add_service(
+                name, types[0], json_schema(srv.Request), json_schema(srv.Response),
+                lambda payload, c=client, t=srv: self._call(c, t, payload))
+            self.get_logger().info(f"offering service {name} [{types[0]}]")
+
+    def _call(self, client, srv, payload: bytes) -> bytes:
+        """A viewer's call (on the server's thread): JSON in, the ROS service, JSON out."""
+        try:
+            request = from_json(srv.Request, json.loads(payload.decode() or "{}"))
+        except ValueError as err:  # JSONDecodeError and field errors alike
+            raise ValueError(f"{client.srv_name}: bad request: {err}") from None
+        if not client.service_is_ready():
+            raise RuntimeError(f"{client.srv_name} is not available (has its node stopped?)")
+        # Asked once: a service a viewer calls (an answer) need not be safe to repeat.
+        response = wait_future(client.call_async(request), self._service_timeout,
+                               client.srv_name)
+        return json.dumps(to_json(response)).encode()
 
     # --- sender-thread handlers -------------------------------------------------------------
     def _to_jpeg(self, data: bytes) -> bytes:

@@ -3,6 +3,9 @@ benchmark and scripted checks: channels as advertised, subscribe, message frames
 
 Speaks ``foxglove.sdk.v1`` (the Foxglove SDK server) and ``foxglove.websocket.v1``.
 Binary message data frames: opcode 0x01, u32 subscription id, u64 log time (ns), payload.
+Service calls: request opcode 0x02 (client) and response opcode 0x03 (server), each u32
+service id, u32 call id, u32 encoding length, encoding, payload; a failed call comes back
+as a ``serviceCallFailure`` JSON message.
 """
 from __future__ import annotations
 
@@ -16,6 +19,8 @@ import websockets
 
 SUBPROTOCOLS = ["foxglove.sdk.v1", "foxglove.websocket.v1"]
 MESSAGE_DATA = 0x01
+SERVICE_CALL_REQUEST = 0x02
+SERVICE_CALL_RESPONSE = 0x03
 
 
 @dataclass
@@ -32,6 +37,9 @@ class FoxgloveClient:
         self.ws = None
         self.server_info: dict = {}
         self.channels: dict[int, dict] = {}       # channel id -> advertised channel
+        self.services: dict[str, dict] = {}       # name -> advertised service
+        self._calls: dict[int, object] = {}       # call id -> its response (bytes or failure)
+        self._next_call = 1
         self._subs: dict[int, int] = {}           # subscription id -> channel id
         self._next_sub = 1
 
@@ -56,6 +64,11 @@ class FoxgloveClient:
         elif msg.get("op") == "unadvertise":
             for cid in msg["channelIds"]:
                 self.channels.pop(cid, None)
+        elif msg.get("op") == "advertiseServices":
+            for service in msg["services"]:
+                self.services[service["name"]] = service
+        elif msg.get("op") == "serviceCallFailure":
+            self._calls[msg["callId"]] = RuntimeError(msg["message"])
 
     async def recv(self, timeout: float) -> Optional[Message]:
         """Next frame: JSON updates the channel table (returns None), data returns a Message."""
@@ -64,6 +77,10 @@ class FoxgloveClient:
         frame = await asyncio.wait_for(self.ws.recv(), timeout)
         if isinstance(frame, str):
             self._handle_json(frame)
+            return None
+        if frame[0] == SERVICE_CALL_RESPONSE:
+            _service, call, n = struct.unpack_from("<III", frame, 1)
+            self._calls[call] = bytes(frame[13 + n:])
             return None
         if frame[0] != MESSAGE_DATA:
             return None
@@ -83,6 +100,36 @@ class FoxgloveClient:
                 await self.recv(left)
             except asyncio.TimeoutError:
                 pass
+
+    async def call_service(self, name: str, request: dict, timeout: float) -> dict:
+        """Call an advertised JSON service; a failure the server reports raises
+        RuntimeError with its message."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        while name not in self.services:
+            if loop.time() >= deadline:
+                raise TimeoutError(f"service {name} not advertised within {timeout} s; have "
+                                   f"{sorted(self.services)}")
+            try:
+                await self.recv(deadline - loop.time())
+            except asyncio.TimeoutError:
+                pass
+        service, call = self.services[name], self._next_call
+        self._next_call += 1
+        encoding = service["request"]["encoding"].encode()
+        await self.ws.send(struct.pack("<BIII", SERVICE_CALL_REQUEST, service["id"], call,
+                                       len(encoding)) + encoding + json.dumps(request).encode())
+        while call not in self._calls:
+            if loop.time() >= deadline:
+                raise TimeoutError(f"no response from {name} within {timeout} s")
+            try:
+                await self.recv(deadline - loop.time())
+            except asyncio.TimeoutError:
+                pass
+        answer = self._calls.pop(call)
+        if isinstance(answer, Exception):
+            raise answer
+        return json.loads(answer)
 
     async def subscribe(self, topics) -> None:
         subs = []

@@ -1,7 +1,8 @@
 """The offline planner: no LLM. Follows a plan file (a list of tool calls) or, without
 one, the pick-and-place heuristic: find the two objects the instruction names (among the
-simulator's objects, or with the perception tools where object poses are withheld), then
-run the shared pick-and-place plan through the tools."""
+simulator's objects, or with the perception tools where object poses are withheld), run
+the shared pick-and-place plan through the tools, then read the verdict (the simulator's,
+or the operator's where the robot gives none)."""
 from __future__ import annotations
 
 import json
@@ -115,11 +116,16 @@ class ScriptedPlanner:
 
         pick_and_place(obj_position, target_position, move, grip)
         if "get_object_poses" not in toolkit.tools:
-            # Perception found the objects, so no simulator verdict is on offer either: the
-            # plan ran to its end, which is all this planner can know.
-            self._step(toolkit, "finish", {"status": "success", "summary":
-                       f"picked {obj} and placed it in/on {target}; this robot gives no "
-                       "success verdict to confirm it"})
+            # Perception found the objects, so the robot gives no verdict of its own: the
+            # operator (a person, or the simulator standing in for one) judges.
+            verdict = self._step(toolkit, "request_operator_verdict", {
+                "question": f"I picked the {obj} and placed it in/on the {target}. Is the "
+                            f"task achieved: '{run.instruction}'?"})
+            achieved = verdict.data["success"]
+            self._step(toolkit, "finish", {
+                "status": "success" if achieved else "failure",
+                "summary": f"picked {obj} and placed it in/on {target}; the operator says the "
+                           f"task is {'achieved' if achieved else 'not achieved'}"})
             return
         deadline = time.monotonic() + self.success_wait
         while time.monotonic() < deadline and not self._success(toolkit):
