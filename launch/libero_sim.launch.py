@@ -9,8 +9,8 @@ Launch arguments (name, default, what):
   privileged         true             false: no object poses or native success for the agent, as on a real arm
   operator           auto             who answers the agent's operator requests: auto (the simulator) | human (rpent operator, the Foxglove layout)
   planner            ''               scripted | api | mcp; empty: api if model set, else scripted
-  model              ''               provider:model for api, e.g. anthropic:claude-sonnet-4-5
-  base_url           ''               OpenAI-compatible endpoint (Ollama, vLLM) for api
+  model              ''               provider:model for api, e.g. anthropic:claude-sonnet-5
+  base_url           ''               the provider's endpoint for api: a proxy, or an OpenAI-compatible server (Ollama, vLLM)
   instruction        ''               what to do; empty: the task's own instruction
   max_turns          30               model turns before the run ends as max_turns
   output_dir         runs             where run folders are created
@@ -29,7 +29,7 @@ Launch arguments (name, default, what):
 Examples:
   ros2 launch rpent libero_sim.launch.py
   ros2 launch rpent libero_sim.launch.py suite:=libero_spatial task_id:=3 dashboard:=true record:=true
-  ros2 launch rpent libero_sim.launch.py planner:=api model:=anthropic:claude-sonnet-4-5
+  ros2 launch rpent libero_sim.launch.py planner:=api model:=anthropic:claude-sonnet-5
   ros2 launch rpent libero_sim.launch.py namespace:=robot1 action_model:=/gpu/action_model
 
 Nodes and parameters come from rpent.bringup, shared with `python -m rpent.start`.

@@ -5,8 +5,8 @@ Launch arguments (name, default, what):
   robot_id           so101_follower   LeRobot robot id (names the calibration file)
   max_episode_steps  1000             control steps before the episode ends
   planner            ''               scripted | api | mcp; empty: api if model set, else scripted
-  model              ''               provider:model for api, e.g. anthropic:claude-sonnet-4-5
-  base_url           ''               OpenAI-compatible endpoint (Ollama, vLLM) for api
+  model              ''               provider:model for api, e.g. anthropic:claude-sonnet-5
+  base_url           ''               the provider's endpoint for api: a proxy, or an OpenAI-compatible server (Ollama, vLLM)
   instruction        ''               what to do; empty: the task's own instruction
   max_turns          30               model turns before the run ends as max_turns
   output_dir         runs             where run folders are created

@@ -195,8 +195,67 @@ def test_api_planner_reports_an_unreachable_openai_compatible_server(robot, node
     status, result = agent.result(agent.send("open the gripper"), 120)
     assert status == GoalStatus.STATUS_ABORTED
     assert result.status == RunTask.Result.STATUS_ERROR
-    assert "model call failed" in result.summary and "base URL" in result.summary, result.summary
+    assert "could not be reached" in result.summary and "base_url" in result.summary, \
+        result.summary
     assert Path(result.transcript_path).is_file()
     wait_until(lambda: any(e.kind == AgentEvent.KIND_ERROR for e in agent.events), 5,
                what="the error event")
     assert agent.proc.alive(), agent.proc.log_tail()
+
+
+def pick_and_place_model(conversation):
+    """A scripted LLM: reads the object poses from the tool result it gets, then calls the
+    pick-and-place plan's moves and grips one turn at a time, then finish."""
+    import re
+
+    import numpy as np
+
+    from rpent_agent.provider_wire import Reply
+    from rpent_contract.pick_place import PLAN, objects_in_instruction, waypoint
+
+    calls = [c for m in conversation.messages for c in m.tool_calls]
+    if not calls:
+        return Reply("Where are the objects?", [("get_object_poses", {})])
+    seen = [r[1] for m in conversation.messages for r in m.tool_results][0]
+    if seen.startswith("["):  # pydantic-ai sends OpenAI a tool result of parts as JSON
+        seen = "\n".join(p for p in json.loads(seen) if isinstance(p, str))
+    poses = {name: np.array([float(x), float(y), float(z)]) for name, x, y, z in re.findall(
+        r"(\w+): position \[([-\d.]+), ([-\d.]+), ([-\d.]+)\]", seen)}
+    task = re.search(r"Task: (.*)", conversation.messages[0].texts[0]).group(1)
+    obj, target = objects_in_instruction(task, poses)
+    plan, here = [], None
+    for phase in PLAN:
+        if phase.anchor is None:
+            plan.append(("gripper", {"action": "close" if phase.closed else "open"}))
+        else:
+            here = waypoint(phase, poses[obj], poses[target], here)
+            plan.append(("move_to", {"x": here[0], "y": here[1], "z": here[2],
+                                     "tolerance": phase.tolerance}))
+    plan.append(("finish", {"status": "success", "summary": f"put {obj} in {target}"}))
+    name, args = plan[len(calls) - 1]
+    return Reply("", [(name, {k: float(v) if isinstance(v, np.floating) else v
+                              for k, v in args.items()})])
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("provider", ["anthropic", "openai"])
+def test_an_llm_planner_reaches_native_success_through_each_provider(robot, node_factory,
+                                                                     tmp_path, provider):
+    """The api planner on a serving agent node, through the provider's real SDK and wire
+    (a local server that speaks it), picks and places twice in a row."""
+    from rpent_agent.provider_wire import AnthropicServer, OpenAIChatServer
+
+    client, _ = robot
+    server_class, model = {"anthropic": (AnthropicServer, "anthropic:claude-sonnet-5"),
+                           "openai": (OpenAIChatServer, "openai:gpt-5")}[provider]
+    with server_class(pick_and_place_model) as server:
+        agent = Agent(node_factory, client, tmp_path, f"agent_{provider}", planner="api",
+                      model=model, base_url=server.base_url, reset_episode=True,
+                      max_history_images=1)
+        for run in range(2):
+            status, result = agent.result(agent.send(SOUP), 400)
+            assert status == GoalStatus.STATUS_SUCCEEDED, (run, result.summary,
+                                                           server.refused, server.failures)
+            assert result.task_success and result.success_source == 1, (run, result.summary)
+    assert not server.refused and not server.failures, (server.refused, server.failures)
+    assert all(r.model == model.split(":")[1] for r in server.requests)

@@ -100,8 +100,9 @@ def run_dir(args: dict) -> str:
 # --- shared pieces ------------------------------------------------------------------------
 AGENT_ARGS = (
     Argument("planner", "", "scripted | api | mcp; empty: api if model set, else scripted"),
-    Argument("model", "", "provider:model for api, e.g. anthropic:claude-sonnet-4-5"),
-    Argument("base_url", "", "OpenAI-compatible endpoint (Ollama, vLLM) for api"),
+    Argument("model", "", "provider:model for api, e.g. anthropic:claude-sonnet-5"),
+    Argument("base_url", "", "the provider's endpoint for api: a proxy, or an "
+                             "OpenAI-compatible server (Ollama, vLLM)"),
     Argument("instruction", "", "what to do; empty: the task's own instruction"),
     Argument("max_turns", "30", "model turns before the run ends as max_turns"),
     Argument("output_dir", "runs", "where run folders are created"),

@@ -57,10 +57,12 @@ class AgentNode(Node):
         self.planner_param = d("planner", "auto", "api | scripted | mcp | auto (api when a "
                                "model and its key are configured, else scripted)",
                                params.one_of(*PLANNERS))
-        self.model = d("model", "", "LLM as provider:model, e.g. anthropic:claude-sonnet-4-5, "
+        self.model = d("model", "", "LLM as provider:model, e.g. anthropic:claude-sonnet-5, "
                        "openai:gpt-4.1; keys come from the environment")
-        self.base_url = d("base_url", "", "OpenAI-compatible endpoint (Ollama, vLLM), e.g. "
-                          "http://localhost:11434/v1; empty = the provider's own API")
+        self.base_url = d("base_url", "", "the provider's endpoint: an Anthropic proxy for "
+                          "anthropic:, an OpenAI-compatible server (Ollama, vLLM: e.g. "
+                          "http://localhost:11434/v1) for openai: or a bare model name; "
+                          "empty = the provider's own API")
         self.plan_file = d("plan_file", "", "scripted planner: YAML/JSON list of tool calls; "
                            "empty = the pick-and-place heuristic")
         self.max_turns = d("max_turns", 40, "model turns (scripted/mcp: tool calls) per run",
@@ -82,6 +84,8 @@ class AgentNode(Node):
                                     "the history the model sees", _non_negative_int)
         self.model_retries = d("model_retries", 3, "api planner: retries of a transient "
                                "model error", _non_negative_int)
+        self.tool_retries = d("tool_retries", 3, "api planner: times in a row a model may "
+                              "correct a malformed tool call", _non_negative_int)
         self.output_dir = d("output_dir", "runs", "folder of the run folders")
         self.memory_dir = d("memory_dir", "", "memory folder shared by runs; empty = "
                             "<run folder>/memory")
@@ -164,7 +168,8 @@ class AgentNode(Node):
             from .planners.api import ApiPlanner, build_model
             return ApiPlanner(build_model(self.model, self.base_url),
                               max_history_images=self.max_history_images,
-                              retries=self.model_retries, run_timeout=self.run_timeout)
+                              retries=self.model_retries, run_timeout=self.run_timeout,
+                              tool_retries=self.tool_retries)
         if self.planner_name == "mcp":
             from .planners.mcp import McpPlanner
             planner = McpPlanner(lambda: self._toolkit, self.mcp_host, self.mcp_port,

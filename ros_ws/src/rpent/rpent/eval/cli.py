@@ -1,7 +1,7 @@
 """``rpent eval``: success rates of a planner and action model over LIBERO suites.
 
     rpent eval --suites libero_object --tasks 0-4 --init-states 0-9 planner:=scripted
-    rpent eval --workers 2 --out evals/api model:=anthropic:claude-sonnet-4-5
+    rpent eval --workers 2 --out evals/api model:=anthropic:claude-sonnet-5
     rpent eval report evals/api                 # rewrite report.md / .json / .png
     rpent eval compare evals/base evals/new     # two evaluations side by side
     rpent eval --list                           # suites, tasks and initial states

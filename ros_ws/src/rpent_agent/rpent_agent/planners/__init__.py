@@ -20,7 +20,7 @@ class PlannerConfigError(ValueError):
 def model_problem(model: str, base_url: str = "") -> Optional[str]:
     """Why ``model`` cannot be used (no model, unknown provider, missing key), or None."""
     if not model:
-        return "no model is set (parameter 'model', e.g. anthropic:claude-sonnet-4-5)"
+        return "no model is set (parameter 'model', e.g. anthropic:claude-sonnet-5)"
     if base_url:
         return None  # an OpenAI-compatible server (Ollama, vLLM) may need no key
     from pydantic_ai.exceptions import UserError

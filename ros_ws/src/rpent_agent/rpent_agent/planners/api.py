@@ -3,20 +3,25 @@
 Each model response is one turn. Tool results go back as text plus the camera images; only
 the newest ``max_history_images`` images stay in the history the model sees (older ones
 become a one-line placeholder), which bounds the cost of long runs. Transient model errors
-(rate limits, 5xx, dropped connections) are retried with backoff. A model that stops
-calling tools without ``finish`` is asked to continue, which costs a turn.
+(rate limits, 5xx, dropped connections) are retried with backoff; a tool call the model got
+wrong (bad arguments) goes back to it with the error, ``tool_retries`` times in a row. A
+model that stops calling tools without ``finish`` is asked to continue, which costs a turn.
+
+All runs of a planner share one event loop: a provider's HTTP client belongs to the loop it
+was first used on, so a serving agent node runs any number of tasks with one model.
 """
 from __future__ import annotations
 
 import asyncio
 import dataclasses
 import os
+import threading
 from typing import Optional
 
 from pydantic_ai import Agent, BinaryContent, Tool
 from pydantic_ai.capabilities import ProcessHistory
 from pydantic_ai.exceptions import (AgentRunError, ModelAPIError, ModelHTTPError,
-                                    UsageLimitExceeded)
+                                    UnexpectedModelBehavior, UsageLimitExceeded)
 from pydantic_ai.messages import (ModelMessagesTypeAdapter, ModelRequest, TextPart,
                                   ToolReturnPart, UserPromptPart)
 from pydantic_ai.models import Model, infer_model
@@ -42,16 +47,30 @@ class RunEnded(Exception):
 
 
 def build_model(model: str, base_url: str = "") -> Model:
-    """``provider:model``; with ``base_url``, an OpenAI-compatible server (Ollama, vLLM)."""
+    """``provider:model``. ``base_url`` sends the provider's API elsewhere: a proxy or gateway
+    for ``anthropic:``, an OpenAI-compatible server (vLLM, Ollama) for ``openai:`` (Chat
+    Completions), ``openai-responses:`` or a bare model name."""
     if not base_url:
         return infer_model(model)
-    from pydantic_ai.models.openai import OpenAIChatModel
-    from pydantic_ai.providers.openai import OpenAIProvider
+    provider, sep, name = model.partition(":")
+    if not sep:
+        provider, name = "openai", model
+    if provider == "anthropic":
+        from pydantic_ai.models.anthropic import AnthropicModel
+        from pydantic_ai.providers.anthropic import AnthropicProvider
 
-    name = model.split(":", 1)[1] if ":" in model else model
-    # Local servers ignore the key, but the OpenAI client insists on one.
-    key = os.environ.get("OPENAI_API_KEY") or "not-needed"
-    return OpenAIChatModel(name, provider=OpenAIProvider(base_url=base_url, api_key=key))
+        # A proxy may take no key, but the client insists on one.
+        key = os.environ.get("ANTHROPIC_API_KEY") or "not-needed"
+        return AnthropicModel(name, provider=AnthropicProvider(base_url=base_url, api_key=key))
+    if provider in ("openai", "openai-chat", "openai-responses"):
+        from pydantic_ai.models.openai import OpenAIChatModel, OpenAIResponsesModel
+        from pydantic_ai.providers.openai import OpenAIProvider
+
+        key = os.environ.get("OPENAI_API_KEY") or "not-needed"
+        cls = OpenAIResponsesModel if provider == "openai-responses" else OpenAIChatModel
+        return cls(name, provider=OpenAIProvider(base_url=base_url, api_key=key))
+    raise ValueError(f"base_url works with anthropic:, openai:, openai-responses: or a bare "
+                     f"model name (OpenAI-compatible server), not '{provider}:'")
 
 
 class RetryingModel(WrapperModel):
@@ -122,18 +141,29 @@ class ApiPlanner:
 
     def __init__(self, model, *, max_history_images: int = 4, retries: int = 3,
                  backoff: float = 1.0, system_prompt: str = SYSTEM_PROMPT,
-                 run_timeout: float = 3600.0):
+                 run_timeout: float = 3600.0, tool_retries: int = 3):
         """``model``: a pydantic-ai Model (FunctionModel in tests) or a ``provider:model``."""
         self.model = RetryingModel(infer_model(model) if isinstance(model, str) else model,
                                    retries, backoff)
         self.max_history_images = max_history_images
         self.system_prompt = system_prompt
         self.run_timeout = run_timeout
+        self.tool_retries = tool_retries
         self.messages: list = []
+        self._event_loop: Optional[asyncio.AbstractEventLoop] = None
 
     def run(self, toolkit) -> None:
         self.messages = []
-        asyncio.run(self._run_bounded(toolkit))
+        if self._event_loop is None:
+            self._event_loop = asyncio.new_event_loop()
+            threading.Thread(target=self._event_loop.run_forever, name="api-planner",
+                             daemon=True).start()
+        asyncio.run_coroutine_threadsafe(self._run_bounded(toolkit), self._event_loop).result()
+
+    def stop(self) -> None:
+        """Close the event loop (the node is going away)."""
+        if self._event_loop is not None:
+            self._event_loop.call_soon_threadsafe(self._event_loop.stop)
 
     async def _run_bounded(self, toolkit) -> None:
         run = toolkit.run
@@ -159,8 +189,7 @@ class ApiPlanner:
             what = f"{type(err).__name__}: {err}"
             toolkit.listener(kind="error", text=what)
             if isinstance(err, AgentRunError):
-                run.end("error", f"the model call failed: {what}. Check the model name, API "
-                        "key and base URL, and that the provider is reachable")
+                run.end("error", model_failure(err, self.tool_retries))
             else:
                 run.end("error", f"the agent loop failed: {what}; the transcript has the "
                         "conversation up to here")
@@ -181,7 +210,7 @@ class ApiPlanner:
         run = toolkit.run
         keep = self.max_history_images
         agent = Agent(self.model, instructions=self.system_prompt, tools=self._tools(toolkit),
-                      capabilities=[ProcessHistory(lambda messages: prune_images(messages, keep))])
+                      retries=self.tool_retries, capabilities=[ProcessHistory(lambda messages: prune_images(messages, keep))])
         first = toolkit.call("observe")
         prompt: object = [f"Task: {run.instruction}\n\n{first.text}"] + result_content(first)[1:]
         history: Optional[list] = None
@@ -214,3 +243,25 @@ class ApiPlanner:
         if text:
             toolkit.listener(kind="reasoning", text=text)
         toolkit.listener(kind="turn", text=text)
+
+
+def model_failure(err: AgentRunError, tool_retries: int) -> str:
+    """What ended the run, and what to do about it, by the kind of failure."""
+    what = f"{type(err).__name__}: {err}"
+    if isinstance(err, ModelHTTPError):
+        if err.status_code in (401, 403):
+            return (f"the provider refused the API key (HTTP {err.status_code}): {what}. Set "
+                    "the provider's key in the environment (e.g. ANTHROPIC_API_KEY)")
+        if err.status_code == 404:
+            return (f"the provider does not know the model (HTTP 404): {what}. Check the model "
+                    "name (provider:model) and base_url")
+        return (f"the provider refused the request (HTTP {err.status_code}): {what}. The body "
+                "says why; the transcript has the conversation up to here")
+    if isinstance(err, ModelAPIError):
+        return (f"the provider could not be reached: {what}. Check base_url and the network, "
+                "and that the provider is up")
+    if isinstance(err, UnexpectedModelBehavior):
+        return (f"the model kept answering in a way the agent cannot use ({what}); it got "
+                f"{tool_retries} chances to correct each tool call. Try a stronger model, or "
+                "raise tool_retries")
+    return f"the model call failed: {what}"

@@ -1,0 +1,425 @@
+"""Local servers that speak the LLM providers' HTTP APIs, for tests and benchmarks.
+
+``AnthropicServer`` (Messages API, ``POST /v1/messages``) and ``OpenAIChatServer`` (Chat
+Completions, ``POST /v1/chat/completions``) answer with JSON or, when the request asks
+``stream: true``, server-sent events in the providers' own event shapes, so the real SDKs
+(driven by pydantic-ai) parse them as they parse the providers'. A request the real API
+would refuse (a missing key header, roles out of order, a tool result that answers no
+tool call, an image that is not base64 PNG/JPEG, a tool without an object schema, more
+than four cache points) gets the provider's 400 error body and is kept in ``refused``.
+
+The model is a policy: ``policy(conversation) -> Reply``, where the conversation is the
+provider-neutral view of what arrived (system text, tools, and each message's texts,
+images, tool calls and tool results), so a scripted model can act on tool results.
+"""
+from __future__ import annotations
+
+import base64
+import json
+import re
+import threading
+import time
+import uuid
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Callable, Optional
+
+TOOL_NAME = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
+IMAGE_MAGIC = {"image/png": b"\x89PNG\r\n\x1a\n", "image/jpeg": b"\xff\xd8\xff"}
+
+
+class Refused(ValueError):
+    """The request breaks the provider's rules (HTTP 400)."""
+
+
+@dataclass
+class Message:
+    role: str  # "user", "assistant", "tool" (OpenAI tool messages)
+    texts: list = field(default_factory=list)
+    images: list = field(default_factory=list)  # (media type, bytes)
+    tool_calls: list = field(default_factory=list)  # (id, name, arguments dict)
+    tool_results: list = field(default_factory=list)  # (id, text, is_error)
+
+
+@dataclass
+class Conversation:
+    model: str
+    system: str
+    tools: list  # {"name", "description", "schema"}
+    messages: list
+    raw: dict  # the request body as sent
+
+
+@dataclass
+class Reply:
+    text: str = ""
+    tool_calls: list = field(default_factory=list)  # (name, arguments dict or raw JSON str)
+
+
+Policy = Callable[[Conversation], Reply]
+
+
+def _image(media_type: str, data: str) -> tuple:
+    try:
+        raw = base64.b64decode(data, validate=True)
+    except (ValueError, TypeError):
+        raise Refused("image data is not valid base64") from None
+    magic = IMAGE_MAGIC.get(media_type)
+    if magic is None or not raw.startswith(magic):
+        raise Refused(f"image is not the {media_type} it claims to be")
+    return media_type, raw
+
+
+class _Server:
+    """The HTTP side shared by both providers: one POST path, JSON in, JSON or SSE out."""
+
+    path = ""
+
+    def __init__(self, policy: Policy, api_key: str = ""):
+        """``api_key``: when set, any other key is refused with HTTP 401."""
+        self.policy, self.api_key = policy, api_key
+        self.requests: list = []  # every Conversation accepted, in order
+        self.refused: list = []  # (reason, body) of every refused request
+        self.headers: list = []  # request headers, in order
+        self.failures: list = []  # exceptions the policy raised (answered with HTTP 500)
+        server = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *args):
+                pass
+
+            def do_POST(self):
+                length = int(self.headers.get("content-length", 0))
+                body = self.rfile.read(length)
+                server.headers.append(dict(self.headers))
+                status, headers, chunks = server.handle(self.path, dict(self.headers), body)
+                self.send_response(status)
+                for key, value in headers.items():
+                    self.send_header(key, value)
+                if isinstance(chunks, bytes):
+                    self.send_header("content-length", str(len(chunks)))
+                    self.end_headers()
+                    self.wfile.write(chunks)
+                    return
+                self.send_header("transfer-encoding", "chunked")
+                self.end_headers()
+                for chunk in chunks:
+                    self.wfile.write(f"{len(chunk):x}\r\n".encode() + chunk + b"\r\n")
+                self.wfile.write(b"0\r\n\r\n")
+
+        self._http = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._thread = threading.Thread(target=self._http.serve_forever, daemon=True)
+
+    def __enter__(self):
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self._http.shutdown()
+        self._http.server_close()
+
+    @property
+    def port(self) -> int:
+        return self._http.server_address[1]
+
+    def handle(self, path: str, headers: dict, body: bytes):
+        headers = {k.lower(): v for k, v in headers.items()}
+        if path.split("?")[0] != self.path:
+            return 404, {"content-type": "application/json"}, self.error(f"no route {path}")
+        if self.api_key and self.key(headers) != self.api_key:
+            return 401, {"content-type": "application/json"}, self.error("invalid x-api-key")
+        try:
+            self.check_headers(headers)
+            request = json.loads(body)
+            conversation = self.parse(request)
+        except (Refused, ValueError, KeyError, TypeError) as err:
+            reason = f"{type(err).__name__}: {err}" if not isinstance(err, Refused) else str(err)
+            self.refused.append((reason, body))
+            return 400, {"content-type": "application/json"}, self.error(reason)
+        self.requests.append(conversation)
+        try:
+            reply = self.policy(conversation)
+        except Exception as err:  # noqa: BLE001 - the model failed: a 500, as a provider sends
+            self.failures.append(err)
+            return 500, {"content-type": "application/json"}, self.error(
+                f"the model failed: {type(err).__name__}: {err}")
+        tokens_in = max(1, len(body) // 4)
+        if request.get("stream"):
+            return 200, {"content-type": "text/event-stream"}, self.stream(
+                request, reply, tokens_in)
+        return 200, {"content-type": "application/json"}, json.dumps(
+            self.response(request, reply, tokens_in)).encode()
+
+    # --- per provider ----------------------------------------------------------------------
+    def check_headers(self, headers: dict) -> None:
+        raise NotImplementedError
+
+    def key(self, headers: dict) -> str:
+        raise NotImplementedError
+
+    def parse(self, request: dict) -> Conversation:
+        raise NotImplementedError
+
+    def response(self, request: dict, reply: Reply, tokens_in: int) -> dict:
+        raise NotImplementedError
+
+    def stream(self, request: dict, reply: Reply, tokens_in: int):
+        raise NotImplementedError
+
+    def error(self, message: str) -> bytes:
+        raise NotImplementedError
+
+
+def _arguments(args) -> str:
+    return args if isinstance(args, str) else json.dumps(args)
+
+
+class AnthropicServer(_Server):
+    """The Anthropic Messages API (base URL ``http://127.0.0.1:<port>``)."""
+
+    path = "/v1/messages"
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def key(self, headers: dict) -> str:
+        return headers.get("x-api-key", "")
+
+    def check_headers(self, headers: dict) -> None:
+        for name in ("x-api-key", "anthropic-version"):
+            if not headers.get(name):
+                raise Refused(f"missing header {name}")
+
+    def error(self, message: str) -> bytes:
+        return json.dumps({"type": "error", "error": {"type": "invalid_request_error",
+                                                      "message": message}}).encode()
+
+    def parse(self, request: dict) -> Conversation:
+        if not isinstance(request.get("model"), str) or not request["model"]:
+            raise Refused("model: field required")
+        if not isinstance(request.get("max_tokens"), int) or request["max_tokens"] < 1:
+            raise Refused("max_tokens: must be a positive integer")
+        system = request.get("system", "")
+        cache_points = 0
+        if isinstance(system, list):
+            cache_points += sum("cache_control" in b for b in system)
+            system = "\n".join(b["text"] for b in system if b["type"] == "text")
+        tools = []
+        for tool in request.get("tools", []):
+            if not TOOL_NAME.match(tool.get("name", "")):
+                raise Refused(f"tools: invalid name {tool.get('name')!r}")
+            schema = tool.get("input_schema")
+            if not isinstance(schema, dict) or schema.get("type") != "object":
+                raise Refused(f"tools.{tool['name']}.input_schema: type must be 'object'")
+            cache_points += "cache_control" in tool
+            tools.append({"name": tool["name"], "description": tool.get("description", ""),
+                          "schema": schema})
+        messages, pending = [], set()
+        if not request.get("messages"):
+            raise Refused("messages: at least one message is required")
+        for i, raw in enumerate(request["messages"]):
+            role = raw["role"]
+            if role != ("user" if i % 2 == 0 else "assistant"):
+                raise Refused(f"messages.{i}: roles must alternate user/assistant, starting "
+                              "with user")
+            blocks = raw["content"] if isinstance(raw["content"], list) else \
+                [{"type": "text", "text": raw["content"]}]
+            msg = Message(role)
+            for block in blocks:
+                cache_points += "cache_control" in block
+                kind = block["type"]
+                if kind == "text":
+                    msg.texts.append(block["text"])
+                elif kind == "image" and role == "user":
+                    source = block["source"]
+                    if source.get("type") != "base64":
+                        raise Refused("image source must be base64 here")
+                    msg.images.append(_image(source["media_type"], source["data"]))
+                elif kind == "tool_use" and role == "assistant":
+                    msg.tool_calls.append((block["id"], block["name"], block["input"]))
+                elif kind == "tool_result" and role == "user":
+                    if block["tool_use_id"] not in pending:
+                        raise Refused(f"messages.{i}: tool_result {block['tool_use_id']} "
+                                      "answers no tool_use of the previous message")
+                    pending.discard(block["tool_use_id"])
+                    content = block.get("content", "")
+                    parts = content if isinstance(content, list) else \
+                        [{"type": "text", "text": content}]
+                    texts = []
+                    for part in parts:
+                        if part["type"] == "text":
+                            texts.append(part["text"])
+                        elif part["type"] == "image":
+                            msg.images.append(_image(part["source"]["media_type"],
+                                                     part["source"]["data"]))
+                    msg.tool_results.append((block["tool_use_id"], "\n".join(texts),
+                                             bool(block.get("is_error"))))
+                elif kind not in ("thinking", "redacted_thinking"):
+                    raise Refused(f"messages.{i}: content type {kind!r} not allowed for {role}")
+            if role == "user" and pending:
+                raise Refused(f"messages.{i}: tool_use ids {sorted(pending)} were not answered "
+                              "with tool_result blocks")
+            pending = {c[0] for c in msg.tool_calls}
+            messages.append(msg)
+        if cache_points > 4:
+            raise Refused(f"a maximum of 4 blocks with cache_control may be provided, found "
+                          f"{cache_points}")
+        return Conversation(request["model"], system, tools, messages, request)
+
+    def _blocks(self, reply: Reply) -> list:
+        blocks = [{"type": "text", "text": reply.text}] if reply.text else []
+        for name, args in reply.tool_calls:
+            blocks.append({"type": "tool_use", "id": f"toolu_{uuid.uuid4().hex[:20]}",
+                           "name": name, "input": args})
+        return blocks
+
+    def response(self, request: dict, reply: Reply, tokens_in: int) -> dict:
+        blocks = self._blocks(reply)
+        return {"id": f"msg_{uuid.uuid4().hex[:20]}", "type": "message", "role": "assistant",
+                "model": request["model"], "content": blocks,
+                "stop_reason": "tool_use" if reply.tool_calls else "end_turn",
+                "stop_sequence": None,
+                "usage": {"input_tokens": tokens_in, "output_tokens": 10,
+                          "cache_creation_input_tokens": 0, "cache_read_input_tokens": 0}}
+
+    def stream(self, request: dict, reply: Reply, tokens_in: int):
+        def event(kind: str, data: dict) -> bytes:
+            return f"event: {kind}\ndata: {json.dumps({'type': kind, **data})}\n\n".encode()
+
+        message = self.response(request, reply, tokens_in)
+        blocks = message.pop("content")
+        yield event("message_start", {"message": {
+            **message, "content": [], "stop_reason": None,
+            "usage": {**message["usage"], "output_tokens": 1}}})
+        for i, block in enumerate(blocks):
+            if block["type"] == "text":
+                yield event("content_block_start", {"index": i, "content_block": {
+                    "type": "text", "text": ""}})
+                yield event("content_block_delta", {"index": i, "delta": {
+                    "type": "text_delta", "text": block["text"]}})
+            else:
+                yield event("content_block_start", {"index": i, "content_block": {
+                    **block, "input": {}}})
+                yield event("content_block_delta", {"index": i, "delta": {
+                    "type": "input_json_delta", "partial_json": _arguments(block["input"])}})
+            yield event("content_block_stop", {"index": i})
+        yield event("message_delta", {"delta": {"stop_reason": message["stop_reason"],
+                                                "stop_sequence": None},
+                                      "usage": {"output_tokens": 10}})
+        yield event("message_stop", {})
+
+
+class OpenAIChatServer(_Server):
+    """OpenAI Chat Completions (base URL ``http://127.0.0.1:<port>/v1``)."""
+
+    path = "/v1/chat/completions"
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/v1"
+
+    def key(self, headers: dict) -> str:
+        return headers.get("authorization", "").removeprefix("Bearer ")
+
+    def check_headers(self, headers: dict) -> None:
+        if not headers.get("authorization", "").startswith("Bearer "):
+            raise Refused("missing bearer token in the Authorization header")
+
+    def error(self, message: str) -> bytes:
+        return json.dumps({"error": {"message": message, "type": "invalid_request_error",
+                                     "param": None, "code": None}}).encode()
+
+    def parse(self, request: dict) -> Conversation:
+        if not isinstance(request.get("model"), str) or not request["model"]:
+            raise Refused("you must provide a model parameter")
+        tools = []
+        for tool in request.get("tools", []):
+            fn = tool.get("function", {})
+            if tool.get("type") != "function" or not TOOL_NAME.match(fn.get("name", "")):
+                raise Refused(f"tools: invalid tool {tool!r:.80}")
+            if fn.get("parameters", {}).get("type") != "object":
+                raise Refused(f"tools.{fn['name']}.parameters: type must be 'object'")
+            tools.append({"name": fn["name"], "description": fn.get("description", ""),
+                          "schema": fn["parameters"]})
+        system, messages, pending = [], [], set()
+        for i, raw in enumerate(request.get("messages") or []):
+            role, content = raw["role"], raw.get("content")
+            if role != "tool" and pending:
+                raise Refused(f"messages.{i}: an assistant message with 'tool_calls' must be "
+                              f"followed by tool messages answering each of {sorted(pending)}")
+            if role in ("system", "developer"):
+                system.append(content if isinstance(content, str) else
+                              "\n".join(p["text"] for p in content))
+                continue
+            msg = Message(role)
+            parts = content if isinstance(content, list) else \
+                ([{"type": "text", "text": content}] if content else [])
+            for part in parts:
+                if part["type"] == "text":
+                    msg.texts.append(part["text"])
+                elif part["type"] == "image_url" and role == "user":
+                    url = part["image_url"]["url"]
+                    match = re.match(r"^data:(image/[a-z]+);base64,(.*)$", url, re.S)
+                    if not match:
+                        raise Refused("image_url must be a data URL here")
+                    msg.images.append(_image(match.group(1), match.group(2)))
+                else:
+                    raise Refused(f"messages.{i}: content part {part['type']!r} not allowed "
+                                  f"for role {role}")
+            if role == "assistant":
+                for call in raw.get("tool_calls") or []:
+                    msg.tool_calls.append((call["id"], call["function"]["name"],
+                                           json.loads(call["function"]["arguments"])))
+                pending = {c[0] for c in msg.tool_calls}
+            elif role == "tool":
+                if raw.get("tool_call_id") not in pending:
+                    raise Refused(f"messages.{i}: tool message answers no pending tool call")
+                pending.discard(raw["tool_call_id"])
+                msg.tool_results.append((raw["tool_call_id"], "\n".join(msg.texts), False))
+                msg.texts = []
+            elif role != "user":
+                raise Refused(f"messages.{i}: unknown role {role!r}")
+            messages.append(msg)
+        if not messages:
+            raise Refused("messages: at least one message is required")
+        return Conversation(request["model"], "\n".join(system), tools, messages, request)
+
+    def _message(self, reply: Reply) -> dict:
+        calls = [{"id": f"call_{uuid.uuid4().hex[:20]}", "type": "function",
+                  "function": {"name": name, "arguments": _arguments(args)}}
+                 for name, args in reply.tool_calls]
+        return {"role": "assistant", "content": reply.text or None,
+                **({"tool_calls": calls} if calls else {})}
+
+    def response(self, request: dict, reply: Reply, tokens_in: int) -> dict:
+        return {"id": f"chatcmpl-{uuid.uuid4().hex[:20]}", "object": "chat.completion",
+                "created": int(time.time()), "model": request["model"],
+                "choices": [{"index": 0, "message": self._message(reply), "logprobs": None,
+                             "finish_reason": "tool_calls" if reply.tool_calls else "stop"}],
+                "usage": {"prompt_tokens": tokens_in, "completion_tokens": 10,
+                          "total_tokens": tokens_in + 10}}
+
+    def stream(self, request: dict, reply: Reply, tokens_in: int):
+        whole = self.response(request, reply, tokens_in)
+        base = {k: whole[k] for k in ("id", "created", "model")}
+
+        def chunk(delta: dict, finish: Optional[str] = None, usage=None) -> bytes:
+            data = {**base, "object": "chat.completion.chunk", "choices": [
+                {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}]}
+            if usage is not None:
+                data = {**data, "choices": [], "usage": usage}
+            return f"data: {json.dumps(data)}\n\n".encode()
+
+        message = whole["choices"][0]["message"]
+        yield chunk({"role": "assistant", "content": ""})
+        if message["content"]:
+            yield chunk({"content": message["content"]})
+        for i, call in enumerate(message.get("tool_calls", [])):
+            yield chunk({"tool_calls": [{"index": i, **call}]})
+        yield chunk({}, whole["choices"][0]["finish_reason"])
+        if (request.get("stream_options") or {}).get("include_usage"):
+            yield chunk({}, usage=whole["usage"])
+        yield b"data: [DONE]\n\n"
