@@ -177,7 +177,9 @@ class _Running:
 
     def __init__(self, run, wake):
         self.run = run
-        self.result_future = run.handle.get_result_async()
+        # The goal's own future: asking the client again here, under ``wake``, could wait
+        # on the client's lock while a feedback callback holding it waits on ``wake``.
+        self.result_future = run.result_future
         self.result_future.add_done_callback(lambda _f: _notify(wake))
 
 

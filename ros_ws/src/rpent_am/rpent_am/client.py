@@ -9,9 +9,8 @@ from typing import Callable, Optional
 
 import numpy as np
 from action_msgs.msg import GoalStatus
-from rclpy.action import ActionClient
 
-from rpent_contract.client import ContractTimeout, GoalRun, ask
+from rpent_contract.client import ActionClient, ContractTimeout, GoalRun, ask
 from rpent_contract.control_space import ControlSpaceSpec, chunk_to_array
 from rpent_contract.validation import GoalRejected, check_chunk
 from rpent_interfaces.action import Predict

@@ -19,7 +19,7 @@ from typing import Callable, Optional, Sequence
 import numpy as np
 import rclpy
 from action_msgs.msg import GoalStatus
-from rclpy.action import ActionClient
+from rclpy.action import ActionClient as _RclpyActionClient
 from rclpy.executors import MultiThreadedExecutor
 from std_srvs.srv import Trigger
 
@@ -87,12 +87,44 @@ def ask(client, request, timeout: float, what: str):
         attempt *= 2
 
 
+class ActionClient(_RclpyActionClient):
+    """rclpy's ActionClient without its lost-answer race.
+
+    rclpy sends a goal (cancel, result) request first and files the future that waits for
+    its answer after; when the server answers fast and another executor thread takes the
+    answer in between, rclpy drops it ("Ignoring unexpected goal response") and the goal
+    is never heard of again. A chunk the robot refuses at once, under load, hit this. Here
+    sending and taking answers hold one lock, so an answer always finds its future.
+    Callers must not hold a lock that feedback callbacks take while they send.
+    """
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self._answer_lock = threading.Lock()
+
+    def send_goal_async(self, *args, **kwargs):
+        with self._answer_lock:
+            return super().send_goal_async(*args, **kwargs)
+
+    def _cancel_goal_async(self, goal_handle):
+        with self._answer_lock:
+            return super()._cancel_goal_async(goal_handle)
+
+    def _get_result_async(self, goal_handle):
+        with self._answer_lock:
+            return super()._get_result_async(goal_handle)
+
+    async def execute(self, taken_data):
+        with self._answer_lock:
+            return await super().execute(taken_data)
+
+
 class GoalRun:
     """A sent goal: wait for its result or cancel it."""
 
     def __init__(self, handle, what: str, progress: Optional[list] = None):
         self.handle, self._what = handle, what
-        self._result_future = handle.get_result_async()
+        self.result_future = handle.get_result_async()
         # progress[0]: monotonic time of the goal's acceptance or its latest feedback.
         self._progress = progress if progress is not None else [time.monotonic()]
 
@@ -118,10 +150,10 @@ class GoalRun:
         return cls(handle, what, progress)
 
     def done(self) -> bool:
-        return self._result_future.done()
+        return self.result_future.done()
 
     def result(self, timeout: float):
-        response = wait_future(self._result_future, timeout, f"{self._what} result")
+        response = wait_future(self.result_future, timeout, f"{self._what} result")
         return response.status, response.result
 
     def result_while_progressing(self, idle_timeout: float):
@@ -134,7 +166,7 @@ class GoalRun:
         on the machine.
         """
         done = threading.Event()
-        self._result_future.add_done_callback(lambda _f: done.set())
+        self.result_future.add_done_callback(lambda _f: done.set())
         while not done.wait(0.05):
             idle = time.monotonic() - self._progress[0]
             if idle > idle_timeout:
@@ -142,7 +174,7 @@ class GoalRun:
                     f"{self._what} made no progress for {idle_timeout:g} s (no feedback, no "
                     "result); check that the robot node is running in this ROS domain and "
                     "namespace (ros2 node list)")
-        response = self._result_future.result()
+        response = self.result_future.result()
         return response.status, response.result
 
     def cancel(self, timeout: float = 5.0):
