@@ -37,7 +37,9 @@ class Request:
 
 
 class OperatorDesk:
-    """Pending requests, oldest first; ``on_change(pending)`` runs after every change."""
+    """Pending requests, oldest first; ``on_change(pending)`` runs after every change, under
+    the desk's lock, so the lists it is given arrive in the order the changes happened
+    (the last one published is the current one). It must not call back into the desk."""
 
     def __init__(self, on_change: Callable[[list], None] = lambda pending: None,
                  clock: Callable[[], float] = time.time):
@@ -60,7 +62,7 @@ class OperatorDesk:
                                  "cancel it first")
             request = Request(kind, text, episode_id, now, now + timeout)
             self._pending.append(request)
-        self._on_change(self.pending())
+            self._on_change(list(self._pending))
         return request
 
     def answer(self, request_id: str, answer: Answer) -> Request:
@@ -83,7 +85,7 @@ class OperatorDesk:
             self._pending.remove(request)
             request.answer = answer
             request._answered.set()
-        self._on_change(self.pending())
+            self._on_change(list(self._pending))
         return request
 
     def wait(self, request: Request, interrupted: Callable[[], bool],
@@ -113,5 +115,5 @@ class OperatorDesk:
             if request not in self._pending:
                 return False
             self._pending.remove(request)
-        self._on_change(self.pending())
+            self._on_change(list(self._pending))
         return True
