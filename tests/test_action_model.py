@@ -127,6 +127,20 @@ def test_goal_observation_missing_state_is_refused(stack):
     assert "needs state entries" in result.message and "ee_z" in result.message
 
 
+@pytest.mark.parametrize("field, value, expected", [
+    ("robot_namespace", "1 bad/ns!!", "robot_namespace '1 bad/ns!!' is not a ROS namespace"),
+    ("timeout", 1e308, "timeout 1e+308 s is longer than"),
+    ("timeout", float("nan"), "timeout must be a finite number")])
+def test_bad_goal_fields_fail_with_the_reason(stack, field, value, expected):
+    _robot, model, _info, meta = stack
+    goal = Predict.Goal(instruction=SOUP, mode=Predict.Goal.MODE_SINGLE)
+    setattr(goal, field, value)
+    status, result = model.send(goal).result(30)
+    assert status == GoalStatus.STATUS_ABORTED
+    assert expected in result.message, result.message
+    assert model.meta().backend == meta.backend
+
+
 def test_model_for_another_control_space_is_refused_at_connection(stack):
     _robot, model, _info, _meta = stack
     other = GetRobotInfo.Response(embodiment="so101")

@@ -6,6 +6,8 @@ import os
 import signal
 import subprocess
 import sys
+import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -60,3 +62,57 @@ def test_two_namespaced_runs_share_one_action_model(node_factory, tmp_path):
         assert f"[{ns}/agent]" in outputs[ns] and "[action_model]" not in outputs[ns]
 
     assert model.alive(), model.log_tail()
+
+
+def _children(pid: int) -> set[int]:
+    found = set()
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        found |= {int(c) for c in (task / "children").read_text().split()}
+    return found
+
+
+def _alive(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().split(") ")[1][0] != "Z"
+    except (FileNotFoundError, IndexError):
+        return False
+
+
+def _started_and_recording(proc: subprocess.Popen, timeout: float) -> list[str]:
+    """Wait until the recorder records robot_state; return the run's output lines, which
+    a thread keeps reading (a starter whose output is not read blocks)."""
+    seen, recording = [], threading.Event()
+
+    def read():
+        for line in proc.stdout:
+            seen.append(line)
+            if "recording /robot_state" in line:
+                recording.set()
+    threading.Thread(target=read, daemon=True).start()
+    if not recording.wait(timeout):
+        os.killpg(proc.pid, signal.SIGKILL)
+        pytest.fail("the run did not start recording:\n" + "".join(seen)[-4000:])
+    return seen
+
+
+@pytest.mark.parametrize("how", ["SIGHUP", "SIGKILL"])
+def test_nodes_never_outlive_the_starter(tmp_path, how):
+    """A closed terminal (SIGHUP) stops the run cleanly; a starter killed outright still
+    takes its nodes with it. Either way no orphan keeps driving the robot, and the bag is
+    closed."""
+    run_dir = tmp_path / "run"
+    proc = start("libero_sim", f"run_dir:={run_dir}", "record:=true")
+    out = _started_and_recording(proc, 300)
+    nodes = _children(proc.pid)
+    assert len(nodes) == 4, nodes   # robot, model, agent, recorder
+    os.kill(proc.pid, getattr(signal, how))   # the starter alone, as a hang-up reaches it
+    expected = 128 + signal.SIGHUP if how == "SIGHUP" else -signal.SIGKILL
+    assert proc.wait(60) == expected, "".join(out)[-4000:]
+    deadline = time.monotonic() + 60
+    while any(_alive(p) for p in nodes) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    orphans = [p for p in nodes if _alive(p)]
+    for p in orphans:
+        os.kill(p, signal.SIGKILL)
+    assert not orphans, f"{len(orphans)} node(s) outlived the starter"
+    assert (run_dir / "bag" / "metadata.yaml").exists(), "the bag was not closed"

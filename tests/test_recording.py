@@ -1,12 +1,14 @@
 """Recording a LIBERO run: the recorder node writes a rosbag2 MCAP that rosbags and
 mcap-ros2-support both read, with every topic, the right counts, decodable custom types,
-Humble-readable metadata; a robot crash and then Ctrl-C still leave a complete bag."""
+Humble-readable metadata, the agent's events also as log lines; a robot crash and then
+Ctrl-C still leave a complete bag."""
 from __future__ import annotations
 
 import os
 import signal
 import time
 
+import pytest
 import yaml
 
 from rpent_bag.record_node import DEFAULT_TOPICS
@@ -66,12 +68,13 @@ def test_libero_run_recording_survives_robot_crash_and_sigint(rclpy_context, nod
     expected = {"/joint_states", "/ee_pose", "/robot_state", "/task_status",
                 "/camera/agentview/image_raw", "/camera/agentview/camera_info",
                 "/camera/robot0_eye_in_hand/image_raw", "/camera/robot0_eye_in_hand/camera_info",
-                "/agent/events", "/predict/_action/feedback", "/operator/requests"}
+                "/agent/events", "/agent/log", "/predict/_action/feedback", "/operator/requests"}
     # Aligned depth is recorded with the images it belongs to (camera/*/... matches it).
     expected |= {f"/camera/{c}/depth/{t}" for c in ("agentview", "robot0_eye_in_hand")
                  for t in ("image_raw", "camera_info")}
     assert set(counts) == expected
-    assert counts["/agent/events"] == 10 and counts["/predict/_action/feedback"] == 5
+    assert counts["/agent/events"] == counts["/agent/log"] == 10
+    assert counts["/predict/_action/feedback"] == 5
     assert counts["/task_status"] >= 1
     assert counts["/operator/requests"] >= 1  # latched: the robot's empty list at start-up
     assert counts["/robot_state"] > 60, counts   # ~20 Hz for the ~5 s the robot lived
@@ -104,8 +107,15 @@ def test_libero_run_recording_survives_robot_crash_and_sigint(rclpy_context, nod
     for topic, seen_ticks in window.items():
         assert len(ticks - seen_ticks) <= 3, (topic, sorted(ticks - seen_ticks))
 
-    # mcap-ros2-support: an independent reader and decoder.
+    # mcap-ros2-support: an independent reader and decoder, of every channel but one. It
+    # refuses action feedback: its vendored rosidl parser wants message names matching
+    # ^[A-Z][A-Za-z0-9]*$ and two-part field types, and the feedback type is
+    # pkg/action/Name_FeedbackMessage with a pkg/action/Name_Feedback field. `ros2 bag
+    # record` gives the channel the same schema name and no definition at all (rosbag2_cpp's
+    # local_message_definition_source.cpp only resolves msg/ and srv/ types), so rosbags
+    # with the definitions this recorder writes is the reader that decodes it (README).
     from mcap.reader import make_reader
+    from mcap_ros2._vendor.rosidl_adapter.parser import InvalidResourceName
     from mcap_ros2.decoder import DecoderFactory
     with open(bag / "bag.mcap", "rb") as f:
         reader = make_reader(f, decoder_factories=[DecoderFactory()])
@@ -114,8 +124,16 @@ def test_libero_run_recording_survives_robot_crash_and_sigint(rclpy_context, nod
         mcap_counts = {summary.channels[cid].topic: n
                        for cid, n in summary.statistics.channel_message_counts.items()}
         assert mcap_counts == counts
-        texts = [d.text for _, c, _, d in reader.iter_decoded_messages(topics=["/agent/events"])]
-        assert texts == [f"thought {i}" for i in range(10)]
-        img = next(d for _, _, _, d in reader.iter_decoded_messages(
-            topics=["/camera/agentview/image_raw"]))
-        assert (img.height, img.width, img.encoding) == (128, 128, "rgb8")
+        decoded = {}
+        for topic in sorted(counts):
+            if topic == "/predict/_action/feedback":
+                with pytest.raises(InvalidResourceName):
+                    next(reader.iter_decoded_messages(topics=[topic]))
+                continue
+            decoded[topic] = [d for _, _, _, d in reader.iter_decoded_messages(topics=[topic])]
+            assert len(decoded[topic]) == counts[topic], topic
+    assert [d.text for d in decoded["/agent/events"]] == [f"thought {i}" for i in range(10)]
+    assert [d.msg for d in decoded["/agent/log"]] == \
+        [f"[turn {i}] reasoning: thought {i}" for i in range(10)]
+    img = decoded["/camera/agentview/image_raw"][0]
+    assert (img.height, img.width, img.encoding) == (128, 128, "rgb8")

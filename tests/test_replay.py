@@ -101,6 +101,8 @@ def test_export_camera_topic_to_mp4(tmp_path):
     assert proc.returncode == 0, proc.stderr
     cap = cv2.VideoCapture(str(out))
     try:
+        # H.264, what browsers play (OpenCV's own writer could only do MPEG-4 Part 2, 'FMP4').
+        assert int(cap.get(cv2.CAP_PROP_FOURCC)).to_bytes(4, "little") == b"h264"
         assert cap.get(cv2.CAP_PROP_FPS) == pytest.approx(20, rel=0.01)
         frames = []
         while (ok := cap.read())[0]:

@@ -18,7 +18,7 @@ from sensor_msgs.msg import CameraInfo, Image, JointState
 from rpent_contract.processes import wait_until
 from rpent_contract.control_space import array_to_chunk
 from rpent_contract.images import image_to_numpy
-from rpent_contract.qos import IMAGE_QOS, LATCHED_QOS, STATE_QOS
+from rpent_contract.qos import IMAGE_QOS, LATCHED_QOS, REQUEST_QOS, STATE_QOS
 from rpent_interfaces.action import ExecuteChunk, MoveTo
 from rpent_interfaces.msg import RobotState, TaskStatus
 
@@ -153,6 +153,24 @@ def test_bad_chunk_is_refused_and_nothing_moves(robot, current_state, case):
     assert robot.client.info().embodiment == robot.info.embodiment, "node stopped serving"
 
 
+@pytest.mark.parametrize("step_period, expected", [
+    (float("nan"), "finite"), (-1.0, "finite"), (1.0, "control period")])
+def test_chunk_with_a_foreign_step_period_is_refused(robot, current_state, step_period,
+                                                     expected):
+    space, rows = robot.spec.wiggle(robot.info, 4)
+    before = current_state()
+    goal = ExecuteChunk.Goal()
+    array_to_chunk(rows, space, goal.chunk)
+    goal.chunk.step_period = step_period
+    status, result = robot.client.send("execute_chunk", goal).result(30)
+    assert status == ABORTED and result.outcome == ExecuteChunk.Result.OUTCOME_REFUSED
+    assert "step_period" in result.message and expected in result.message, result.message
+    assert_did_not_move(before, current_state())
+    goal.chunk.step_period = 1.0 / robot.info.control_rate  # its own period is fine
+    status, result = robot.client.send("execute_chunk", goal).result(60)
+    assert status == SUCCEEDED and result.steps_executed == 4, result.message
+
+
 def test_chunk_leaving_the_workspace_is_refused_before_moving(robot, current_state):
     info = robot.info
     space = next(s for s in info.control_spaces if s.name == info.default_control_space)
@@ -168,7 +186,7 @@ def test_chunk_leaving_the_workspace_is_refused_before_moving(robot, current_sta
 
 
 @pytest.mark.parametrize("case", ["outside workspace", "NaN position", "zero quaternion",
-                                  "foreign frame", "negative tolerance"])
+                                  "foreign frame", "negative tolerance", "endless timeout"])
 def test_bad_move_to_is_refused_and_nothing_moves(robot, current_state, case):
     info = robot.info
     before = current_state()
@@ -187,9 +205,12 @@ def test_bad_move_to_is_refused_and_nothing_moves(robot, current_state, case):
     elif case == "foreign frame":
         goal.target.header.frame_id = "camera_link"
         expected = "base frame"
-    else:
+    elif case == "negative tolerance":
         goal.position_tolerance = -0.1
         expected = "position_tolerance"
+    else:
+        goal.timeout = 1e308
+        expected = "timeout 1e+308 s is longer than"
     status, result = robot.client.send("move_to", goal).result(30)
     assert status == ABORTED
     assert not result.reached
@@ -297,3 +318,79 @@ def test_reset_with_bad_arguments_is_refused(robot):
     assert not response.success
     assert "task" in response.message
     assert robot.client.info().embodiment == robot.info.embodiment
+
+
+def test_every_request_of_a_burst_is_answered(robot, probe_node, current_state):
+    """Fifty stop calls and fifty goals at once all get an answer, and a cancel followed by
+    a burst of other cancels stops the chunk it names. (The clients keep every answer, so
+    what is measured is the robot's side.)"""
+    import uuid
+
+    from action_msgs.msg import GoalInfo
+    from action_msgs.srv import CancelGoal
+    from unique_identifier_msgs.msg import UUID
+    from rclpy.action import ActionClient
+    from std_srvs.srv import Trigger
+
+    stop = probe_node.create_client(Trigger, "stop", qos_profile=REQUEST_QOS)
+    cancel = probe_node.create_client(CancelGoal, "execute_chunk/_action/cancel_goal",
+                                      qos_profile=REQUEST_QOS)
+    chunks = ActionClient(probe_node, ExecuteChunk, "execute_chunk",
+                          goal_service_qos_profile=REQUEST_QOS,
+                          result_service_qos_profile=REQUEST_QOS)
+    space, rows = robot.spec.wiggle(robot.info, 1)
+    goal = ExecuteChunk.Goal()
+    array_to_chunk(rows, space, goal.chunk)
+    try:
+        assert stop.wait_for_service(10) and cancel.wait_for_service(10)
+        assert chunks.wait_for_server(10)
+        # A server drops answers to a client it has not discovered yet (wait_for_service
+        # sees only the request side): one answered call on each path first.
+        _answered_once(lambda: stop.call_async(Trigger.Request()), "stop")
+        _answered_once(lambda: cancel.call_async(CancelGoal.Request()), "cancel_goal")
+        handle = _answered_once(lambda: chunks.send_goal_async(goal), "send_goal")
+        _answered_once(handle.get_result_async, "get_result")
+
+        calls = [stop.call_async(Trigger.Request()) for _ in range(50)]
+        wait_until(lambda: all(c.done() for c in calls), 30,
+                   what=f"answers to 50 stop calls ({sum(c.done() for c in calls)} came)")
+        assert all(c.result().success for c in calls), {c.result().message for c in calls}
+
+        sent = [chunks.send_goal_async(goal) for _ in range(50)]
+        wait_until(lambda: all(s.done() for s in sent), 60,
+                   what=f"answers to 50 goals ({sum(s.done() for s in sent)} came)")
+        results = [s.result().get_result_async() for s in sent]
+        wait_until(lambda: all(r.done() for r in results), 120,
+                   what=f"results of 50 goals ({sum(r.done() for r in results)} came)")
+
+        space, rows = robot.spec.wiggle(robot.info, 400)
+        array_to_chunk(rows, space, goal.chunk)
+        seen = []
+        accepted = chunks.send_goal_async(goal, feedback_callback=lambda fb: seen.append(1))
+        wait_until(lambda: accepted.done() and len(seen) >= 3, 60, what="the chunk to run")
+        handle = accepted.result()
+        others = [UUID(uuid=list(uuid.uuid4().bytes)) for _ in range(49)]
+        calls = [cancel.call_async(CancelGoal.Request(goal_info=GoalInfo(goal_id=goal_id)))
+                 for goal_id in [handle.goal_id] + others]
+        wait_until(lambda: all(c.done() for c in calls), 30,
+                   what=f"answers to 50 cancels ({sum(c.done() for c in calls)} came)")
+        status = handle.get_result_async()
+        wait_until(status.done, 30, what="the canceled chunk's result")
+        assert status.result().status == CANCELED, status.result().result.message
+        assert status.result().result.steps_executed < 400
+    finally:
+        chunks.destroy()
+        probe_node.destroy_client(stop)
+        probe_node.destroy_client(cancel)
+
+
+def _answered_once(call, what: str):
+    """call() again until one of its futures is answered; return that answer."""
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        future = call()
+        try:
+            return wait_until(future.done, 3, what=what) and future.result()
+        except TimeoutError:
+            continue
+    raise TimeoutError(f"{what} never answered within 60 s")

@@ -5,8 +5,10 @@
 
 It starts exactly the nodes :mod:`rpent.bringup` describes, with the same parameters a
 launch file would pass, prefixes each node's output with its name, stops everything on
-Ctrl-C or when the agent finishes, and exits with the agent's exit code. It is not a
-launch system: no events, no substitutions, no composition.
+Ctrl-C, SIGTERM, SIGHUP (a closed terminal, a dropped SSH session) or when the agent
+finishes, and exits with the agent's exit code. Its nodes never outlive it: were it killed
+outright, the kernel interrupts them. It is not a launch system: no events, no
+substitutions, no composition.
 """
 from __future__ import annotations
 
@@ -18,9 +20,22 @@ import threading
 import time
 from typing import Optional
 
+from rpent_contract.processes import die_with_parent
+
 from .bringup import BRINGUPS, NodeSpec, describe
 
 STOP_TIMEOUT = 15.0
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+
+def say(text: str, end: str = "\n") -> None:
+    """Print, unless the terminal is gone (SIGHUP): output is then dropped, but the pipes
+    keep being drained so no node blocks on a full one while it shuts down."""
+    try:
+        sys.stdout.write(text + end)
+        sys.stdout.flush()
+    except (OSError, ValueError):
+        pass
 
 
 class Running:
@@ -31,7 +46,7 @@ class Running:
         self.label = f"{spec.namespace}/{spec.name}".lstrip("/")
         self.proc = subprocess.Popen(spec.argv(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                      stdin=subprocess.DEVNULL, start_new_session=True,
-                                     text=True, bufsize=1)
+                                     preexec_fn=die_with_parent, text=True, bufsize=1)
         self._lock = out_lock
         self._pump = threading.Thread(target=self._copy_output, daemon=True)
         self._pump.start()
@@ -39,8 +54,7 @@ class Running:
     def _copy_output(self):
         for line in self.proc.stdout:
             with self._lock:
-                sys.stdout.write(f"[{self.label}] {line}")
-                sys.stdout.flush()
+                say(f"[{self.label}] {line}", end="")
 
     def stop(self) -> None:
         if self.proc.poll() is None:
@@ -58,17 +72,17 @@ def run(bringup: str, given: dict) -> int:
     specs = describe(bringup, given)
     lock = threading.Lock()
     started: list[Running] = []
-    interrupted = threading.Event()
-    previous = signal.signal(signal.SIGINT, lambda *_: interrupted.set())
-    signal.signal(signal.SIGTERM, lambda *_: interrupted.set())
+    received: list[int] = []
+    previous = {s: signal.signal(s, lambda signum, _frame: received.append(signum))
+                for s in STOP_SIGNALS}
     code: Optional[int] = None
     try:
         for spec in specs:
             started.append(Running(spec, lock))
         names = ", ".join(r.label for r in started)
-        print(f"[rpent.start] {bringup}: started {names}", flush=True)
+        say(f"[rpent.start] {bringup}: started {names}")
         required = [r for r in started if r.spec.required]
-        while code is None and not interrupted.is_set():
+        while code is None and not received:
             for r in started:
                 rc = r.proc.poll()
                 if rc is None:
@@ -76,18 +90,19 @@ def run(bringup: str, given: dict) -> int:
                 if r.spec.required:
                     code = rc
                 else:
-                    print(f"[rpent.start] {r.label} exited with code {rc}; stopping the run "
-                          f"(its output above says why)", flush=True)
+                    say(f"[rpent.start] {r.label} exited with code {rc}; stopping the run "
+                        f"(its output above says why)")
                     code = rc or 1
                 break
             if not required and all(r.proc.poll() is not None for r in started):
                 code = 0
             time.sleep(0.1)
-        if interrupted.is_set() and code is None:
-            print("[rpent.start] interrupted: stopping every node", flush=True)
-            code = 130
+        if received and code is None:
+            say(f"[rpent.start] {signal.Signals(received[0]).name}: stopping every node")
+            code = 128 + received[0]  # as a shell reports a process ended by that signal
     finally:
-        signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C must not cut cleanup
+        for s in STOP_SIGNALS:  # a second Ctrl-C must not cut the clean-up short
+            signal.signal(s, signal.SIG_IGN)
         for r in started:
             r.stop()
         deadline = time.monotonic() + STOP_TIMEOUT
@@ -95,12 +110,12 @@ def run(bringup: str, given: dict) -> int:
             try:
                 r.proc.wait(max(0.1, deadline - time.monotonic()))
             except subprocess.TimeoutExpired:
-                print(f"[rpent.start] {r.label} did not stop in {STOP_TIMEOUT:g} s: killed",
-                      flush=True)
+                say(f"[rpent.start] {r.label} did not stop in {STOP_TIMEOUT:g} s: killed")
                 r.kill()
                 r.proc.wait(5)
             r.wait_output()
-        signal.signal(signal.SIGINT, previous)
+        for s, handler in previous.items():
+            signal.signal(s, handler)
     return code
 
 

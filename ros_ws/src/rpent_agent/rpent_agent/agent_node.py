@@ -15,13 +15,14 @@ from pathlib import Path
 from typing import Optional
 
 import rclpy
-from rclpy.action import ActionServer, CancelResponse, GoalResponse
+from rclpy.action import CancelResponse, GoalResponse
 from rclpy.callback_groups import ReentrantCallbackGroup
 from rclpy.executors import ExternalShutdownException, MultiThreadedExecutor
 from rclpy.node import Node
 
 from rpent_contract import params
 from rpent_contract.client import RobotClient
+from rpent_contract.serving import action_server
 from rpent_interfaces.action import RunTask
 from rpent_interfaces.msg import AgentEvent, TaskStatus
 
@@ -134,8 +135,13 @@ class AgentNode(Node):
         except Exception:
             self.robot.close()
             raise
-        self._events = self.create_publisher(AgentEvent, "~/events", 50)
-        self._server = ActionServer(
+        # Latched, with room for a whole run (a turn is a reasoning event and a call and a
+        # result per tool call): a viewer or recorder that starts late gets the run's log.
+        self._events = self.create_publisher(AgentEvent, "~/events", rclpy.qos.QoSProfile(
+            depth=max(1000, 10 * self.max_turns),
+            reliability=rclpy.qos.ReliabilityPolicy.RELIABLE,
+            durability=rclpy.qos.DurabilityPolicy.TRANSIENT_LOCAL))
+        self._server = action_server(
             self, RunTask, "~/run_task", execute_callback=self._execute,
             goal_callback=self._on_goal, cancel_callback=self._on_cancel,
             callback_group=ReentrantCallbackGroup())

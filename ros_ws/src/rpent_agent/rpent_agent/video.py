@@ -12,6 +12,8 @@ from typing import Optional
 import cv2
 import numpy as np
 
+from rpent_bag.video import write_mp4
+
 
 class EpisodeVideo:
     def __init__(self, fps: float, max_frames: int = 20_000):
@@ -40,21 +42,13 @@ class EpisodeVideo:
         return len(self._frames)
 
     def write(self, path) -> Optional[Path]:
-        """Write an MP4 (mp4v); None when no frame was recorded."""
+        """Write an H.264 MP4 (plays in browsers); None when no frame was recorded."""
         with self._lock:
             frames, self._frames = self._frames, []
         if not frames:
             return None
-        path = Path(path)
         h, w = frames[0].shape[:2]
-        writer = cv2.VideoWriter(str(path), cv2.VideoWriter_fourcc(*"mp4v"), self.fps, (w, h))
-        if not writer.isOpened():
-            raise RuntimeError(f"OpenCV cannot write {path}; check the folder is writable")
-        try:
-            for frame in frames:
-                if frame.shape[:2] != (h, w):
-                    frame = cv2.resize(frame, (w, h))
-                writer.write(cv2.cvtColor(frame, cv2.COLOR_RGB2BGR))
-        finally:
-            writer.release()
-        return path
+        # A camera may change size mid-run; the video keeps the first frame's size.
+        write_mp4(path, (f if f.shape[:2] == (h, w) else cv2.resize(f, (w, h)) for f in frames),
+                  self.fps)
+        return Path(path)

@@ -23,9 +23,11 @@ from typing import Optional
 
 import numpy as np
 import rclpy
-from rclpy.action import ActionServer, CancelResponse, GoalResponse
+from rclpy.action import CancelResponse, GoalResponse
 from rclpy.callback_groups import ReentrantCallbackGroup
+from rclpy.exceptions import InvalidNamespaceException
 from rclpy.node import Node
+from rclpy.validate_namespace import validate_namespace
 from sensor_msgs.msg import Image
 
 from rpent_contract import params
@@ -35,7 +37,8 @@ from rpent_contract.images import image_to_numpy, to_rgb
 from rpent_contract.node_main import run_node
 from rpent_contract.qos import IMAGE_QOS, STATE_QOS
 from rpent_contract.robot_node import OBJECT_POSES_SERVICE
-from rpent_contract.validation import GoalRejected, check_chunk
+from rpent_contract.serving import action_server, service
+from rpent_contract.validation import GoalRejected, check_chunk, check_timeout
 from rpent_interfaces.action import Predict
 from rpent_interfaces.msg import RobotState
 from rpent_interfaces.srv import GetModelMeta, GetObjectPoses, GetRobotInfo, ResetPolicy
@@ -137,12 +140,12 @@ class ActionModelNode(Node):
         self._cancel: dict[bytes, threading.Event] = {}
 
         group = ReentrantCallbackGroup()
-        self._server = ActionServer(
+        self._server = action_server(
             self, Predict, "~/predict", execute_callback=self._predict,
             goal_callback=lambda _g: GoalResponse.ACCEPT, cancel_callback=self._on_cancel,
             callback_group=group)
-        self.create_service(GetModelMeta, "~/get_model_meta", self._get_meta, callback_group=group)
-        self.create_service(ResetPolicy, "~/reset", self._reset, callback_group=group)
+        service(self, GetModelMeta, "~/get_model_meta", self._get_meta, callback_group=group)
+        service(self, ResetPolicy, "~/reset", self._reset, callback_group=group)
         self.get_logger().info(
             f"{meta.backend} model ready: {meta.checkpoint} ({meta.checkpoint_id}), "
             f"{meta.chunk_size} x {meta.action_space.dim} in '{meta.action_space.name}', "
@@ -197,6 +200,13 @@ class ActionModelNode(Node):
 
     # --- observations --------------------------------------------------------------------
     def _observation_source(self, namespace: str) -> LatestObservation:
+        try:
+            validate_namespace("/" + namespace.strip("/"))
+        except InvalidNamespaceException as err:
+            raise ObservationError(
+                f"robot_namespace '{namespace}' is not a ROS namespace "
+                f"({str(err).splitlines()[0].rstrip(':')}); give the "
+                "robot's namespace as in ros2 node list, or leave it empty") from None
         with self._latest_lock:
             if namespace not in self._latest:
                 self._latest[namespace] = LatestObservation(
@@ -241,7 +251,6 @@ class ActionModelNode(Node):
         timeout = goal.timeout or self.meta.default_timeout
         given = len(goal.observation.images) > 0 or len(goal.observation.state) > 0
         stream = goal.mode == Predict.Goal.MODE_STREAM
-        source = None if given else self._observation_source(robot)
         inference, last_obs_ns, chunk_msg = [], -1, None
         try:
             if goal.mode not in (Predict.Goal.MODE_SINGLE, Predict.Goal.MODE_STREAM):
@@ -249,6 +258,11 @@ class ActionModelNode(Node):
             if stream and given:
                 raise ObservationError("stream mode predicts from the robot's latest "
                                        "observations; leave the goal's observation empty")
+            try:
+                check_timeout(goal.timeout)
+            except GoalRejected as err:
+                raise ObservationError(str(err)) from None
+            source = None if given else self._observation_source(robot)
             while not cancel.is_set() and rclpy.ok():
                 if given:
                     obs = from_msg(goal.observation)

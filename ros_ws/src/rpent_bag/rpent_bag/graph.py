@@ -25,26 +25,40 @@ def resolve_patterns(node, patterns) -> list[str]:
 
 
 def discover(node, patterns: list[str], known: set) -> list[tuple[str, str]]:
-    """(topic, type) pairs on the graph matching the patterns that are not in ``known``."""
+    """(topic, type) pairs on the graph matching the patterns that are not in ``known``.
+
+    A topic only subscribers have made known so far (the agent subscribes task_status
+    before the robot's publisher is discovered) is left for a later look: the QoS a
+    subscription must match, latched or not, is the publishers'."""
     found = []
     for topic, types in node.get_topic_names_and_types():
         if topic in known or not types:
             continue
-        if any(fnmatch.fnmatchcase(topic, p) for p in patterns):
+        if (any(fnmatch.fnmatchcase(topic, p) for p in patterns)
+                and node.get_publishers_info_by_topic(topic)):
             found.append((topic, types[0]))
     return found
 
 
+def is_latched(node, topic: str) -> bool:
+    """Whether every publisher of the topic is transient local (latched)."""
+    infos = node.get_publishers_info_by_topic(topic)
+    return bool(infos) and all(
+        i.qos_profile.durability == DurabilityPolicy.TRANSIENT_LOCAL for i in infos)
+
+
 def subscription_qos(node, topic: str, depth: int) -> QoSProfile:
     """A QoS that matches every publisher: reliable / transient-local only when all
-    publishers offer it (so latched topics like task_status arrive after the fact)."""
+    publishers offer it, so latched topics arrive after the fact. A latched topic is read
+    with KEEP_ALL: a late subscriber then gets all the history the publishers keep (the
+    agent's events of a whole run), whose depth the graph does not tell (DDS discovery
+    reports a remote publisher's depth as 0)."""
     infos = node.get_publishers_info_by_topic(topic)
     reliable = bool(infos) and all(
         i.qos_profile.reliability == ReliabilityPolicy.RELIABLE for i in infos)
-    latched = bool(infos) and all(
-        i.qos_profile.durability == DurabilityPolicy.TRANSIENT_LOCAL for i in infos)
+    latched = is_latched(node, topic)
     return QoSProfile(
-        history=HistoryPolicy.KEEP_LAST, depth=depth,
+        history=HistoryPolicy.KEEP_ALL if latched else HistoryPolicy.KEEP_LAST, depth=depth,
         reliability=ReliabilityPolicy.RELIABLE if reliable else ReliabilityPolicy.BEST_EFFORT,
         durability=DurabilityPolicy.TRANSIENT_LOCAL if latched else DurabilityPolicy.VOLATILE)
 

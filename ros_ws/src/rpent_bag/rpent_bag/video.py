@@ -4,17 +4,16 @@
 
 Frames are decoded from the bag's own definitions (sensor_msgs/Image in any encoding
 rpent_contract.images reads, or CompressedImage) and written at the recorded frame rate
-(median frame interval) with ffmpeg (H.264, yuv420p: plays in browsers), or with OpenCV's
-MPEG-4 writer where ffmpeg is not installed.
+(median frame interval) as H.264 (see :func:`write_mp4`, also used for the agent's
+episode.mp4).
 """
 from __future__ import annotations
 
 import argparse
-import shutil
-import subprocess
 import sys
+from fractions import Fraction
 from pathlib import Path
-from typing import Optional
+from typing import Iterable, Optional
 
 import numpy as np
 
@@ -46,40 +45,51 @@ def recorded_fps(stamps: list[int]) -> float:
     return 1.0 / interval if interval > 0 else 1.0
 
 
+def write_mp4(path: Path | str, frames: Iterable[np.ndarray], fps: float) -> int:
+    """Write HxWx3 uint8 RGB frames, all of one size, to an MP4; return the frame count.
+
+    H.264 in yuv420p with the index at the front (faststart) is the one combination every
+    browser's <video> plays; OpenCV's pip wheels cannot encode H.264 (their FFmpeg has no
+    H.264 encoder), PyAV's wheels bundle libx264. yuv420p needs even sizes: an odd row or
+    column is padded black.
+    """
+    try:
+        import av
+    except ImportError:
+        raise RuntimeError("writing MP4 video needs PyAV: pip install av (or make setup)") \
+            from None
+    path = Path(path)
+    count = 0
+    with av.open(str(path), "w", format="mp4", options={"movflags": "+faststart"}) as out:
+        stream = None
+        for rgb in frames:
+            if stream is None:
+                h, w = rgb.shape[:2]
+                stream = out.add_stream("libx264", rate=Fraction(fps).limit_denominator(1001))
+                stream.width, stream.height = w + w % 2, h + h % 2
+                stream.pix_fmt = "yuv420p"
+            elif rgb.shape[:2] != (h, w):
+                raise ImageConversionError(f"frame {count} is {rgb.shape[1]}x{rgb.shape[0]}, "
+                                           f"the first was {w}x{h}; all frames of a video "
+                                           f"must have one size")
+            padded = np.pad(rgb, ((0, h % 2), (0, w % 2), (0, 0)))
+            out.mux(stream.encode(av.VideoFrame.from_ndarray(padded, format="rgb24")))
+            count += 1
+        if stream is not None:
+            out.mux(stream.encode())
+    return count
+
+
 def export(bag_path, topic: str, out: Path | str, fps: Optional[float] = None) -> dict:
     """Write the topic's frames to ``out``; return frames, fps and size."""
     out = Path(out)
     collected = list(frames(bag_path, topic))
     if not collected:
         raise bagfile.BagError(f"{topic} has no messages in {bag_path}")
-    stamps = [s for s, _ in collected]
-    fps = fps or recorded_fps(stamps)
+    fps = fps or recorded_fps([s for s, _ in collected])
     h, w = collected[0][1].shape[:2]
     out.parent.mkdir(parents=True, exist_ok=True)
-    if shutil.which("ffmpeg"):
-        cmd = ["ffmpeg", "-hide_banner", "-loglevel", "error", "-y",
-               "-f", "rawvideo", "-pix_fmt", "rgb24", "-s", f"{w}x{h}", "-r", f"{fps:.6f}",
-               "-i", "-", "-vf", "pad=ceil(iw/2)*2:ceil(ih/2)*2",
-               "-c:v", "libx264", "-pix_fmt", "yuv420p", "-movflags", "+faststart", str(out)]
-        proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stderr=subprocess.PIPE)
-        for _, rgb in collected:
-            if rgb.shape[:2] != (h, w):
-                proc.kill()
-                raise ImageConversionError(f"frame size changed from {w}x{h} to "
-                                           f"{rgb.shape[1]}x{rgb.shape[0]} within {topic}")
-            proc.stdin.write(np.ascontiguousarray(rgb).tobytes())
-        _, err = proc.communicate(timeout=300)
-        if proc.returncode != 0:
-            raise RuntimeError(f"ffmpeg failed ({proc.returncode}): {err.decode(errors='replace')}")
-    else:
-        import cv2
-
-        writer = cv2.VideoWriter(str(out), cv2.VideoWriter_fourcc(*"mp4v"), fps, (w, h))
-        if not writer.isOpened():
-            raise RuntimeError(f"OpenCV cannot write {out}; install ffmpeg")
-        for _, rgb in collected:
-            writer.write(np.ascontiguousarray(rgb[:, :, ::-1]))
-        writer.release()
+    write_mp4(out, (rgb for _, rgb in collected), fps)
     return {"frames": len(collected), "fps": fps, "width": w, "height": h, "path": str(out)}
 
 

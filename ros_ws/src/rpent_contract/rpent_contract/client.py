@@ -35,6 +35,7 @@ from rpent_interfaces.srv import GetObjectPoses, GetRobotInfo, ResetEpisode, Seg
 from .control_space import array_to_chunk
 from .geometry import pose_from_msg, pose_to_msg
 from .perception import detections_from_response
+from .qos import REQUEST_QOS
 from .robot_node import (
     OBJECT_POSES_SERVICE,
     SCENE_RESET_ACTION,
@@ -99,6 +100,9 @@ class ActionClient(_RclpyActionClient):
     """
 
     def __init__(self, *args, **kwargs):
+        for profile in ("goal_service_qos_profile", "result_service_qos_profile",
+                        "cancel_service_qos_profile"):
+            kwargs.setdefault(profile, REQUEST_QOS)  # a burst of goals is not dropped
         super().__init__(*args, **kwargs)
         self._answer_lock = threading.Lock()
 

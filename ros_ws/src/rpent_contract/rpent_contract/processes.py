@@ -62,7 +62,7 @@ def ros_args(parameters: dict, namespace: str = "", remaps: Optional[dict] = Non
     return args
 
 
-def _die_with_parent() -> None:
+def die_with_parent() -> None:
     """Runs in the child before exec: the kernel sends it SIGINT when its parent dies, so
     a killed harness never leaves nodes driving a robot (SIGINT: a recorder still closes
     its bag). Linux only; elsewhere the parent's own clean-up is all there is."""
@@ -81,7 +81,7 @@ except (OSError, AttributeError):
 class LoggedProcess:
     """A command in its own process group, its output in a log file, stopped cleanly.
 
-    It dies with the thread that started it (see :func:`_die_with_parent`): start it from
+    It dies with the thread that started it (see :func:`die_with_parent`): start it from
     a thread that outlives it.
     """
 
@@ -91,7 +91,7 @@ class LoggedProcess:
         self._log = open(self.log_path, "w")
         self.proc = subprocess.Popen(list(cmd), stdout=self._log, stderr=subprocess.STDOUT,
                                      stdin=subprocess.DEVNULL, start_new_session=True,
-                                     preexec_fn=_die_with_parent)
+                                     preexec_fn=die_with_parent)
 
     def alive(self) -> bool:
         return self.proc.poll() is None

@@ -21,3 +21,10 @@ TF_QOS = QoSProfile(
     history=HistoryPolicy.KEEP_LAST, depth=100,
     reliability=ReliabilityPolicy.RELIABLE, durability=DurabilityPolicy.VOLATILE,
 )
+# Service and action requests: DDS keeps only the newest `depth` requests a server has not
+# taken yet and drops older ones without an answer, so a burst (fifty stop calls, a stream
+# of goals, a cancel among many) must fit. Responses use it too.
+REQUEST_QOS = QoSProfile(
+    history=HistoryPolicy.KEEP_LAST, depth=1000,
+    reliability=ReliabilityPolicy.RELIABLE, durability=DurabilityPolicy.VOLATILE,
+)

@@ -18,7 +18,7 @@ from typing import Callable, Optional
 import numpy as np
 from builtin_interfaces.msg import Time
 from geometry_msgs.msg import PoseStamped, TransformStamped
-from rclpy.action import ActionServer, CancelResponse, GoalResponse
+from rclpy.action import CancelResponse, GoalResponse
 from rclpy.callback_groups import MutuallyExclusiveCallbackGroup, ReentrantCallbackGroup
 from rclpy.node import Node
 from sensor_msgs.msg import CameraInfo, Image, JointState
@@ -52,7 +52,16 @@ from .node_main import run_node
 from .operator import SCENE_RESET, VERDICT, Answer, OperatorDesk
 from .perception import fill_segment_response
 from .qos import IMAGE_QOS, LATCHED_QOS, STATE_QOS, TF_QOS
-from .validation import GoalRejected, Workspace, check_chunk, check_pose_target, check_positive
+from .serving import action_server, service
+from .validation import (
+    GoalRejected,
+    Workspace,
+    check_chunk,
+    check_pose_target,
+    check_positive,
+    check_step_period,
+    check_timeout,
+)
 
 OBJECT_POSES_SERVICE = "sim/get_object_poses"
 SEGMENT_SERVICE = "sim/segment"
@@ -157,7 +166,7 @@ class RobotContractNode(Node):
 
         motions = ReentrantCallbackGroup()
         self._action_servers = [
-            ActionServer(
+            action_server(
                 self, action_type, name, execute_callback=execute,
                 goal_callback=lambda _goal: GoalResponse.ACCEPT,
                 cancel_callback=self._cancel, callback_group=motions,
@@ -172,26 +181,26 @@ class RobotContractNode(Node):
         # answering meanwhile (one request of each kind waits at a time).
         operator = ReentrantCallbackGroup()
         self._action_servers += [
-            ActionServer(self, action_type, name, execute_callback=execute,
-                         goal_callback=lambda _goal: GoalResponse.ACCEPT,
-                         cancel_callback=lambda _goal: CancelResponse.ACCEPT,
-                         callback_group=operator)
+            action_server(self, action_type, name, execute_callback=execute,
+                          goal_callback=lambda _goal: GoalResponse.ACCEPT,
+                          cancel_callback=lambda _goal: CancelResponse.ACCEPT,
+                          callback_group=operator)
             for action_type, name, execute in (
                 (RequestOperatorVerdict, VERDICT_ACTION, self._request_verdict),
                 (RequestSceneReset, SCENE_RESET_ACTION, self._request_scene_reset))
         ]
         services = ReentrantCallbackGroup()
-        self.create_service(ResetEpisode, "reset", self._reset, callback_group=services)
-        self.create_service(GetRobotInfo, "get_robot_info", self._get_robot_info,
-                            callback_group=services)
-        self.create_service(Trigger, "stop", self._stop, callback_group=services)
-        self.create_service(AnswerOperator, ANSWER_SERVICE, self._answer_operator,
-                            callback_group=services)
+        service(self, ResetEpisode, "reset", self._reset, callback_group=services)
+        service(self, GetRobotInfo, "get_robot_info", self._get_robot_info,
+                callback_group=services)
+        service(self, Trigger, "stop", self._stop, callback_group=services)
+        service(self, AnswerOperator, ANSWER_SERVICE, self._answer_operator,
+                callback_group=services)
         if OBJECT_POSES_SERVICE in desc.sim_services:
-            self.create_service(GetObjectPoses, OBJECT_POSES_SERVICE, self._object_poses,
-                                callback_group=services)
+            service(self, GetObjectPoses, OBJECT_POSES_SERVICE, self._object_poses,
+                    callback_group=services)
         if SEGMENT_SERVICE in desc.sim_services:
-            self.create_service(Segment, SEGMENT_SERVICE, self._segment, callback_group=services)
+            service(self, Segment, SEGMENT_SERVICE, self._segment, callback_group=services)
 
         rate = self.publish_rate or desc.control_rate
         self.create_timer(1.0 / rate, self._publish_state,
@@ -358,6 +367,7 @@ class RobotContractNode(Node):
             return self._refuse(goal_handle, result, str(err), "execute_chunk")
         snap = self.driver.snapshot()
         try:
+            check_step_period(goal.chunk.step_period, 1.0 / self.description.control_rate)
             space = check_chunk(
                 actions, goal.chunk.control_space, self.description.control_spaces,
                 max_horizon=self.description.max_chunk_steps, ee_position=snap.ee_position,
@@ -420,9 +430,9 @@ class RobotContractNode(Node):
             for value, what in ((goal.max_translation_step, "max_translation_step"),
                                 (goal.max_rotation_step, "max_rotation_step"),
                                 (goal.position_tolerance, "position_tolerance"),
-                                (goal.orientation_tolerance, "orientation_tolerance"),
-                                (goal.timeout, "timeout")):
+                                (goal.orientation_tolerance, "orientation_tolerance")):
                 check_positive(value, what)
+            check_timeout(goal.timeout)
         except GoalRejected as err:
             return self._refuse(goal_handle, result, str(err), "move_to")
         # Step limits are clipped to the robot's, never raised above them.

@@ -146,3 +146,28 @@ def check_pose_target(
 def check_positive(value: float, what: str) -> None:
     if not np.isfinite(value) or value < 0:
         raise GoalRejected(f"{what} must be a finite number >= 0, got {value}")
+
+
+# A goal that may run longer than this is a mistake (seconds given as milliseconds, 1e308):
+# its step budget would overflow, and nobody waits an hour for one motion.
+MAX_GOAL_TIMEOUT = 3600.0
+
+
+def check_timeout(value: float, what: str = "timeout") -> None:
+    check_positive(value, what)
+    if value > MAX_GOAL_TIMEOUT:
+        raise GoalRejected(
+            f"{what} {value:g} s is longer than the {MAX_GOAL_TIMEOUT:g} s one goal may take; "
+            "give seconds, or 0 for the robot's default")
+
+
+def check_step_period(value: float, control_period: float) -> None:
+    """A chunk's ``step_period`` (0 = the robot's control period) must be the robot's own:
+    rows are executed one per control period, and running a chunk made for another rate
+    would move the arm faster or slower than the model meant."""
+    check_positive(value, "step_period")
+    if value and abs(value - control_period) > 1e-3 * control_period:
+        raise GoalRejected(
+            f"step_period {value:g} s differs from this robot's control period "
+            f"{control_period:g} s, and it executes one row per period; send step_period 0 "
+            f"or {control_period:g}, or resample the chunk to that rate")

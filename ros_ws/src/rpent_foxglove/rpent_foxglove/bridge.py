@@ -8,6 +8,10 @@ No rclpy here; the node feeds :meth:`FoxgloveBridge.on_message` from its subscri
   ``transform`` (the node uses it to send camera images as JPEG CompressedImage).
 * Services: allow-listed ROS services are offered to viewers as Foxglove services with
   JSON requests and responses (a viewer's Call Service panel), e.g. ``operator/answer``.
+* Latched topics (every publisher transient local, e.g. task_status, agent/events) keep
+  their history in the bridge too, and a viewer that subscribes later is sent it, as a
+  late ROS subscriber would be: a dashboard opened while the robot idles still shows the
+  task and the whole agent log.
 * Allow-list and per-topic rate limits are decided in the ROS callback, before anything
   is copied or queued.
 * The callback only appends to a bounded drop-oldest queue; one sender thread does the
@@ -21,12 +25,13 @@ from __future__ import annotations
 import json
 import threading
 import time
+from collections import deque
 from dataclasses import dataclass, field
 from typing import Callable, Optional
 
 import foxglove
 from foxglove import MessageSchema, Schema, Service, ServiceSchema
-from foxglove.websocket import Capability
+from foxglove.websocket import Capability, ServerListener
 
 from rpent_bag.dropqueue import DropOldestQueue
 
@@ -59,11 +64,43 @@ class TopicStats:
     errors: int = 0
 
 
+class LatchedChannel:
+    """A channel that keeps its last ``depth`` messages for viewers that subscribe later."""
+
+    def __init__(self, channel, depth: int):
+        self.channel = channel
+        self._history: deque = deque(maxlen=depth)
+        self._lock = threading.Lock()
+
+    def log(self, msg, log_time: int) -> None:
+        with self._lock:
+            self._history.append((msg, log_time))
+            self.channel.log(msg, log_time=log_time)
+
+    def replay(self, sink_id: int) -> None:
+        with self._lock:
+            for msg, log_time in self._history:
+                self.channel.log(msg, log_time=log_time, sink_id=sink_id)
+
+
+class _LateJoiners(ServerListener):
+    def __init__(self):
+        self.latched: dict[int, LatchedChannel] = {}   # by channel id
+
+    def on_subscribe(self, client, channel) -> None:
+        latched = self.latched.get(channel.id)
+        if latched is not None:
+            # The SDK numbers a client's sink from the process's sink counter; the bridge
+            # opens no other sink (no MCAP file), so the client id is that sink id.
+            latched.replay(sink_id=client.id)
+
+
 @dataclass
 class _Route:
     channel: object
     limiter: RateLimiter
     transform: Optional[Callable[[bytes], bytes]]
+    latched: Optional[LatchedChannel] = None
     stats: TopicStats = field(default_factory=TopicStats)
     derived: list = field(default_factory=list)   # callables(stamp_ns, data) on the sender
 
@@ -72,10 +109,11 @@ class FoxgloveBridge:
     def __init__(self, host: str = "127.0.0.1", port: int = 8765, queue_size: int = 64,
                  client_backlog: int = 64, name: str = "rpent"):
         self.context = foxglove.Context()
+        self._late_joiners = _LateJoiners()
         self.server = foxglove.start_server(
             name=name, host=host, port=port, context=self.context,
             message_backlog_size=client_backlog, capabilities=[Capability.Services],
-            supported_encodings=["json"])
+            supported_encodings=["json"], server_listener=self._late_joiners)
         self._queue = DropOldestQueue(queue_size)
         self._routes: dict[str, _Route] = {}
         self._lock = threading.Lock()
@@ -88,20 +126,32 @@ class FoxgloveBridge:
         return self.server.port
 
     # --- channels -------------------------------------------------------------------------
+    def cdr_channel(self, topic: str, schema_name: str, definition: str):
+        return foxglove.Channel(
+            topic, message_encoding="cdr", context=self.context,
+            schema=foxglove.Schema(name=schema_name, encoding="ros2msg",
+                                   data=definition.encode()))
+
+    def latch(self, channel, depth: int) -> LatchedChannel:
+        """Make ``channel`` keep its last ``depth`` messages for viewers that join later;
+        log through the returned object."""
+        latched = LatchedChannel(channel, depth)
+        self._late_joiners.latched[channel.id()] = latched
+        return latched
+
     def add_ros_topic(self, topic: str, schema_name: str, definition: str, max_hz: float = 0.0,
                       transform: Optional[Callable[[bytes], bytes]] = None,
-                      channel_topic: Optional[str] = None) -> None:
+                      channel_topic: Optional[str] = None, latched_depth: int = 0) -> None:
         """Advertise a ``cdr``/``ros2msg`` channel fed by ROS topic ``topic``.
 
         With ``transform``, ``schema_name``/``definition`` describe the transformed message
-        and the channel is advertised as ``channel_topic``.
+        and the channel is advertised as ``channel_topic``. With ``latched_depth``, the
+        channel keeps that many messages for viewers that subscribe later.
         """
-        channel = foxglove.Channel(
-            channel_topic or topic, message_encoding="cdr", context=self.context,
-            schema=foxglove.Schema(name=schema_name, encoding="ros2msg",
-                                   data=definition.encode()))
+        channel = self.cdr_channel(channel_topic or topic, schema_name, definition)
+        latched = self.latch(channel, latched_depth) if latched_depth else None
         with self._lock:
-            self._routes[topic] = _Route(channel, RateLimiter(max_hz), transform)
+            self._routes[topic] = _Route(channel, RateLimiter(max_hz), transform, latched)
 
     def add_derived(self, topic: str, handler: Callable[[int, bytes], None],
                     wanted: Callable[[], bool]) -> None:
@@ -134,7 +184,9 @@ class FoxgloveBridge:
         if route is None:
             return
         route.stats.received += 1
-        wanted = route.channel.has_sinks() or any(w() for _, w in route.derived)
+        # A latched topic's history must be complete for whoever subscribes later.
+        wanted = (route.latched is not None or route.channel.has_sinks()
+                  or any(w() for _, w in route.derived))
         if not wanted:
             route.stats.no_subscriber += 1
             return
@@ -152,10 +204,11 @@ class FoxgloveBridge:
                 continue
             route, stamp, data, queued_at = item
             try:
-                if route.channel.has_sinks():
+                sinks = route.channel.has_sinks()
+                if route.latched is not None or sinks:
                     payload = route.transform(data) if route.transform else data
-                    route.channel.log(payload, log_time=stamp)
-                    route.stats.sent += 1
+                    (route.latched or route.channel).log(payload, log_time=stamp)
+                    route.stats.sent += sinks
                 for handler, wanted in route.derived:
                     if wanted():
                         handler(stamp, data)

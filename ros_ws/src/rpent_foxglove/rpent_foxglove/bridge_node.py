@@ -1,11 +1,12 @@
 """Foxglove bridge node: the robot contract, action-model chunks and agent events on a
-Foxglove WebSocket (Foxglove SDK server), plus a 3D scene, a readable agent log and the
-operator's answer service for a viewer's Call Service panel.
+Foxglove WebSocket (Foxglove SDK server), plus a 3D scene, a readable agent log (the
+recorder writes the same log into bags) and the operator's answer service for a viewer's
+Call Service panel.
 
     ros2 run rpent_foxglove bridge --ros-args --params-file config/foxglove_bridge.yaml
 
-Open Foxglove, "Open connection" -> Foxglove WebSocket -> ws://127.0.0.1:8765, and load
-config/foxglove_layout.json.
+Open Lichtblick (>= 1.22) or Foxglove, "Open connection" -> Foxglove WebSocket ->
+ws://127.0.0.1:8765, and import config/foxglove_layout.json (README: Dashboard).
 """
 from __future__ import annotations
 
@@ -16,8 +17,8 @@ import sys
 from rclpy.node import Node
 from rclpy.serialization import deserialize_message, serialize_message
 
-from foxglove.channels import FrameTransformsChannel, LogChannel, SceneUpdateChannel
-from rpent_bag import definitions, graph
+from foxglove.channels import FrameTransformsChannel, SceneUpdateChannel
+from rpent_bag import agentlog, definitions, graph
 from rpent_bag.record_node import DEFAULT_TOPICS
 from rpent_contract.client import wait_future
 from rpent_contract.node_main import run_node
@@ -69,6 +70,9 @@ class BridgeNode(Node):
         backlog = d("client_backlog", 64, "Messages buffered per client before the oldest go",
                     positive)
         self._depth = d("subscription_depth", 10, "History depth of each subscription", positive)
+        self._latched_history = d(
+            "latched_history", 1000, "Messages of each latched topic (task_status, "
+            "agent/events, agent/log) kept for viewers that connect later", positive)
         self._ee_frame = d("ee_frame", "ee_link", "Frame name of the end effector in the 3D view",
                            lambda v: None if v else "must not be empty")
         ee_topic = d("ee_pose_topic", "ee_pose", "PoseStamped of the end effector (3D scene)")
@@ -99,7 +103,8 @@ class BridgeNode(Node):
         ctx = self.bridge.context
         self._tf = FrameTransformsChannel(ns_tf, context=ctx)
         self._scene = SceneUpdateChannel(ns_scene, context=ctx)
-        self._log = LogChannel(ns_log, context=ctx)
+        self._ns_log = ns_log
+        self._log = None   # created with the agent's events topic, as deep as its history
         self._subs = {}
         self._offered = {}
         self.create_timer(period, self._discover)
@@ -120,6 +125,8 @@ class BridgeNode(Node):
     def _discover(self) -> None:
         self._discover_services()
         for topic, type_name in graph.discover(self, self._patterns, set(self._subs)):
+            qos = graph.subscription_qos(self, topic, self._depth)
+            latched = self._latched_history if graph.is_latched(self, topic) else 0
             try:
                 cls = definitions.message_class(type_name)
                 jpeg = (type_name == "sensor_msgs/msg/Image"
@@ -129,10 +136,15 @@ class BridgeNode(Node):
                         topic, "sensor_msgs/msg/CompressedImage",
                         definitions.full_text("sensor_msgs/msg/CompressedImage"),
                         self._max_hz(topic), transform=self._to_jpeg,
-                        channel_topic=topic + "/compressed")
+                        channel_topic=topic + "/compressed", latched_depth=latched)
                 else:
                     self.bridge.add_ros_topic(topic, type_name, definitions.full_text(type_name),
-                                              self._max_hz(topic))
+                                              self._max_hz(topic), latched_depth=latched)
+                if topic == self._events_topic:
+                    self._log = self.bridge.cdr_channel(
+                        self._ns_log, agentlog.LOG_TYPE, definitions.full_text(agentlog.LOG_TYPE))
+                    if latched:
+                        self._log = self.bridge.latch(self._log, latched)
             except definitions.DefinitionError as err:
                 self.get_logger().error(f"not bridging {topic}: {err}")
                 self._subs[topic] = None
@@ -141,13 +153,13 @@ class BridgeNode(Node):
                 self.bridge.add_derived(topic, self._on_ee_pose,
                                         lambda: self._tf.has_sinks() or self._scene.has_sinks())
             if topic == self._events_topic:
-                self.bridge.add_derived(topic, self._on_agent_event,
-                                        lambda: self._log.has_sinks() or self._scene.has_sinks())
+                # Always: a latched log's history must be complete for later viewers.
+                self.bridge.add_derived(topic, self._on_agent_event, lambda: True)
             self._subs[topic] = self.create_subscription(
                 cls, topic, lambda data, t=topic: self.bridge.on_message(
-                    t, self.get_clock().now().nanoseconds, data),
-                graph.subscription_qos(self, topic, self._depth), raw=True)
-            self.get_logger().info(f"bridging {topic} [{type_name}]" + (" as JPEG" if jpeg else ""))
+                    t, self.get_clock().now().nanoseconds, data), qos, raw=True)
+            self.get_logger().info(f"bridging {topic} [{type_name}]" + (" as JPEG" if jpeg else "")
+                                   + (f", latched: last {latched} kept" if latched else ""))
 
     def _discover_services(self) -> None:
         for name, types in self.get_service_names_and_types():
@@ -205,8 +217,7 @@ class BridgeNode(Node):
         from rpent_interfaces.msg import AgentEvent
 
         ev = deserialize_message(data, AgentEvent)
-        self._log.log(scene.event_log(stamp, ev.kind, ev.turn, ev.tool_name, ev.arguments_json,
-                                      ev.text, ev.ok, ev.duration), log_time=stamp)
+        self._log.log(serialize_message(agentlog.log_line(stamp, ev)), log_time=stamp)
         target = scene.target_from_tool_call(ev.arguments_json) \
             if ev.kind == AgentEvent.KIND_TOOL_CALL else None
         if target:

@@ -9,16 +9,11 @@ import json
 from typing import Optional, Sequence
 
 from foxglove.messages import (ArrowPrimitive, Color, CubePrimitive, FrameTransform,
-                               FrameTransforms, Log, LogLevel, Pose, Quaternion, SceneEntity,
-                               SceneUpdate, TextPrimitive, Timestamp, Vector3)
+                               FrameTransforms, Pose, Quaternion, SceneEntity, SceneUpdate,
+                               TextPrimitive, Timestamp, Vector3)
 
 EE_COLOR = Color(r=0.2, g=0.6, b=1.0, a=0.9)
 TARGET_COLOR = Color(r=1.0, g=0.5, b=0.1, a=0.8)
-
-# AgentEvent kinds (rpent_interfaces/AgentEvent) -> Foxglove log levels and labels.
-EVENT_KINDS = {0: ("reasoning", LogLevel.Info), 1: ("tool_call", LogLevel.Info),
-               2: ("tool_result", LogLevel.Info), 3: ("finish", LogLevel.Info),
-               4: ("error", LogLevel.Error)}
 
 
 def _stamp(ns: int) -> Timestamp:
@@ -74,17 +69,3 @@ def target_entity(stamp_ns: int, frame: str, position, orientation, label: str) 
                              billboard=True, font_size=14.0, scale_invariant=True,
                              color=TARGET_COLOR, text=label)])])
 
-
-def event_log(stamp_ns: int, kind: int, turn: int, tool_name: str, arguments_json: str,
-              text: str, ok: bool, duration: float) -> Log:
-    """One agent event as a line for Foxglove's Log panel."""
-    label, level = EVENT_KINDS.get(kind, (f"kind {kind}", LogLevel.Unknown))
-    if kind == 1:
-        body = f"{tool_name}({arguments_json})"
-    elif kind == 2:
-        body = f"{tool_name} -> {'ok' if ok else 'FAILED'} in {duration:.2f} s: {text}"
-        level = LogLevel.Info if ok else LogLevel.Warning
-    else:
-        body = text
-    return Log(timestamp=_stamp(stamp_ns), level=level, name="agent",
-               message=f"[turn {turn}] {label}: {body}")

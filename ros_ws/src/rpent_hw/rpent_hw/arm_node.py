@@ -8,6 +8,7 @@ from std_srvs.srv import SetBool
 from rpent_contract import params
 from rpent_contract.qos import LATCHED_QOS
 from rpent_contract.robot_node import RobotContractNode
+from rpent_contract.serving import service
 
 from .safety import ApprovalGate, SafetyLimits
 
@@ -18,8 +19,8 @@ class ArmNode(RobotContractNode):
     def __init__(self, node_name: str, **kwargs):
         super().__init__(node_name, **kwargs)
         gate = self.driver.approval
-        self.create_service(SetBool, "safety/approve",
-                            lambda req, res: self._answer(gate, req, res))
+        service(self, SetBool, "safety/approve",
+                lambda req, res: self._answer(gate, req, res))
         self._pending_pub = self.create_publisher(String, "safety/pending", LATCHED_QOS)
         self._pending = None
         self.create_timer(0.1, lambda: self._publish_pending(gate))

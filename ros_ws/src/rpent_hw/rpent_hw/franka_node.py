@@ -488,9 +488,17 @@ class FrankaDriver(RobotDriver):
                 signal = robot.current_control_signal_type
                 stop = (franky.JointStopMotion() if signal == franky.ControlSignalType.JointPositions
                         else franky.CartesianStopMotion())
-                robot.move(stop, asynchronous=True)
-                if not robot.join_motion(2.0):
-                    robot.stop()  # the stop motion itself stalled: preempt outright
+                try:
+                    robot.move(stop, asynchronous=True)
+                    settled = robot.join_motion(2.0)
+                except self._franky.ControlException:
+                    return  # the motion being stopped ended with "preempted"
+                except (self._franky.Exception, RuntimeError):
+                    # franky cannot plan a stop from every state (a burst of stop calls hit
+                    # "Motion planner failed with error code -111" mid-deceleration).
+                    settled = False
+                if not settled:
+                    robot.stop()  # the stop motion failed or stalled: preempt outright
             except self._franky.ControlException:
                 pass  # the motion being stopped ended with "preempted"
 

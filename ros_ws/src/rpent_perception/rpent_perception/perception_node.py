@@ -39,6 +39,7 @@ from rpent_contract.node_main import run_node
 from rpent_contract.perception import fill_segment_response
 from rpent_contract.qos import IMAGE_QOS, TF_QOS
 from rpent_contract.robot_node import SEGMENT_SERVICE
+from rpent_contract.serving import service
 from rpent_interfaces.srv import Locate, Segment
 
 from .backends import SegmentationBackend, SegmentationError
@@ -136,8 +137,8 @@ class PerceptionNode(Node):
         self.create_subscription(TFMessage, "/tf", self.tf.add, TF_QOS)
         self.create_subscription(TFMessage, "/tf_static", self.tf.add, TF_QOS)
         group = ReentrantCallbackGroup()
-        self.create_service(Segment, "~/segment", self._segment, callback_group=group)
-        self.create_service(Locate, "~/locate", self._locate, callback_group=group)
+        service(self, Segment, "~/segment", self._segment, callback_group=group)
+        service(self, Locate, "~/locate", self._locate, callback_group=group)
         self.get_logger().info(f"perception ready: backend {self.backend.name}, cameras "
                                f"{list(self.info.camera_names)}")
 

@@ -1,0 +1,28 @@
+"""The agent's events as readable log lines (rcl_interfaces/msg/Log, what a viewer's Log
+panel shows), on ``agent/log`` both live from the Foxglove bridge and in recorded bags, so
+the one layout works for both."""
+from __future__ import annotations
+
+LOG_TYPE = "rcl_interfaces/msg/Log"
+
+# AgentEvent kinds (rpent_interfaces/AgentEvent) -> labels and rcl_interfaces/Log levels.
+_KINDS = {0: ("reasoning", 20), 1: ("tool_call", 20), 2: ("tool_result", 20),
+          3: ("finish", 20), 4: ("error", 40)}
+
+
+def log_line(stamp_ns: int, event):
+    """One AgentEvent (a deserialized message) as an rcl_interfaces/msg/Log."""
+    from rcl_interfaces.msg import Log
+
+    label, level = _KINDS.get(event.kind, (f"kind {event.kind}", 0))
+    if event.kind == 1:
+        body = f"{event.tool_name}({event.arguments_json})"
+    elif event.kind == 2:
+        body = (f"{event.tool_name} -> {'ok' if event.ok else 'FAILED'} in "
+                f"{event.duration:.2f} s: {event.text}")
+        level = 20 if event.ok else 30
+    else:
+        body = event.text
+    msg = Log(level=level, name="agent", msg=f"[turn {event.turn}] {label}: {body}")
+    msg.stamp.sec, msg.stamp.nanosec = divmod(stamp_ns, 10**9)
+    return msg

@@ -1,0 +1,48 @@
+"""Services and action servers that answer every request, however many arrive at once.
+
+rclpy's default request queue holds ten: a burst beyond that (a panicking client calling
+``stop`` fifty times, a policy streaming goals, a cancel among many) was dropped by DDS with
+no answer at all. Every server of the project is created here, with :data:`REQUEST_QOS`.
+"""
+from __future__ import annotations
+
+import traceback
+
+from rclpy.action import ActionServer
+
+from .qos import REQUEST_QOS
+
+
+def action_server(node, action_type, name: str, *, execute_callback, **kwargs) -> ActionServer:
+    return ActionServer(node, action_type, name,
+                        execute_callback=_answering(node, name, action_type, execute_callback),
+                        goal_service_qos_profile=REQUEST_QOS,
+                        result_service_qos_profile=REQUEST_QOS,
+                        cancel_service_qos_profile=REQUEST_QOS, **kwargs)
+
+
+def service(node, srv_type, name: str, callback, callback_group=None):
+    return node.create_service(srv_type, name, callback, qos_profile=REQUEST_QOS,
+                               callback_group=callback_group)
+
+
+def _answering(node, name: str, action_type, execute):
+    """``execute``, but a goal whose callback raises still ends aborted with the reason:
+    rclpy would abort it with an empty result, and the client would never learn why."""
+    def run(goal_handle):
+        try:
+            return execute(goal_handle)
+        except Exception as err:
+            node.get_logger().error(f"{name} failed: {err}\n{traceback.format_exc()}")
+            result = action_type.Result()
+            text = (f"{name} failed inside {node.get_fully_qualified_name()} "
+                    f"({type(err).__name__}: {err}); the node keeps serving, and its log has "
+                    "the traceback to report")
+            for field in ("message", "summary"):
+                if hasattr(result, field):
+                    setattr(result, field, text)
+                    break
+            if goal_handle.is_active:
+                goal_handle.abort()
+            return result
+    return run

@@ -1,0 +1,224 @@
+"""The dashboard as a user opens it: the shipped Lichtblick/Foxglove layout uses real panel
+types and only channels a LIBERO bring-up serves; a viewer or recorder that starts after
+the agent's run still gets the task status and the whole agent log; a recorded bag has
+what the layout's panels show.
+
+A LIBERO robot, a scripted action model (named action_model, as in a bring-up) and a
+scripted agent run as processes; the bridge runs with config/foxglove_bridge.yaml and the
+recorder with its default topics.
+"""
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from rpent_contract.client import RobotClient, wait_future
+from rpent_contract.processes import wait_until
+from rpent_foxglove.client import FoxgloveClient, decoder_for
+
+CONFIG = Path(__file__).resolve().parents[1] / "config"
+LAYOUT = json.loads((CONFIG / "foxglove_layout.json").read_text())
+
+# Every panel type Lichtblick registers: the `type:` entries of its panel list,
+# lichtblick-suite/lichtblick packages/suite-base/src/panels/index.ts (v1.28.1), with
+# TAB_PANEL_TYPE = "Tab" from packages/suite-base/src/util/constants.ts. Any other type
+# opens as "Unknown panel type".
+LICHTBLICK_PANEL_TYPES = {
+    "3D", "DiagnosticStatusPanel", "DiagnosticSummary", "Image", "Indicator", "Gauge",
+    "Teleop", "map", "Parameters", "Plot", "PieChart", "Publish", "CallService",
+    "RawMessages", "RawMessagesVirtual", "RosOut", "StateTransitions", "Table", "TopicGraph",
+    "SourceInfo", "GlobalVariableSliderPanel", "NodePlayground", "Tab", "PlaybackPerformance",
+}
+# Drawn by the bridge from ee_pose and the agent's tool calls for the live 3D view; a bag
+# has /ee_pose, which the same 3D panel draws as an axis.
+LIVE_ONLY = {"/scene/transforms", "/scene/entities"}
+
+
+def _leaves(node):
+    if isinstance(node, str):
+        return [node]
+    return _leaves(node["first"]) + _leaves(node["second"])
+
+
+def _topic(message_path: str) -> str:
+    return message_path.split(".", 1)[0]   # '/joint_states.position[0]' -> '/joint_states'
+
+
+def layout_topics() -> set:
+    """Every topic a panel of the layout subscribes to."""
+    topics = set()
+    for panel_id, config in LAYOUT["configById"].items():
+        kind = panel_id.split("!", 1)[0]
+        if kind == "Image":
+            topics.add(config["imageMode"]["imageTopic"])
+        elif kind == "3D":
+            topics.update(config["topics"])
+        elif kind in ("Plot", "StateTransitions"):
+            topics.update(_topic(p["value"]) for p in config["paths"])
+        elif kind == "RosOut":
+            topics.add(config["topicToRender"])
+        elif kind == "RawMessages":
+            topics.add(_topic(config["topicPath"]))
+    return topics
+
+
+def layout_services() -> set:
+    return {c["serviceName"] for p, c in LAYOUT["configById"].items()
+            if p.startswith("CallService!")}
+
+
+def test_layout_panels_are_lichtblick_panels():
+    ids = set(LAYOUT["configById"])
+    assert set(_leaves(LAYOUT["layout"])) == ids, "every panel placed once, every one configured"
+    unknown = {i for i in ids if i.split("!", 1)[0] not in LICHTBLICK_PANEL_TYPES}
+    assert not unknown, f"Lichtblick shows 'Unknown panel type' for {sorted(unknown)}"
+    # The 3D panel's default frame labels (0.2 m) and axes (~0.15 m) hide a tabletop scene.
+    (scene,) = [c for i, c in LAYOUT["configById"].items() if i.startswith("3D!")]
+    assert scene["scene"]["transforms"]["labelSize"] <= 0.05
+    assert scene["scene"]["transforms"]["axisScale"] <= 0.5
+
+
+@pytest.fixture(scope="module")
+def ran(rclpy_context, node_factory, tmp_path_factory):
+    """Robot, action model and agent up, and one agent run finished: everything a viewer
+    or recorder started now has missed. Yields the run's events as a subscriber that was
+    there from the start got them."""
+    from rclpy.action import ActionClient
+    from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
+
+    from rpent_interfaces.action import RunTask
+    from rpent_interfaces.msg import AgentEvent
+
+    tmp = tmp_path_factory.mktemp("dashboard")
+    plan = tmp / "plan.yaml"
+    plan.write_text("- tool: gripper\n  args: {action: open}\n"
+                    "- tool: gripper\n  args: {action: close}\n"
+                    "- tool: finish\n  args: {status: success, summary: done}\n")
+    node_factory("rpent_env_sim", "libero_node", {}, name="dash_robot")
+    node_factory("rpent_am", "am_node", {"backend": "scripted"}, name="action_model")
+    robot = RobotClient()
+    robot.wait_ready(180)
+    agent = node_factory("rpent_agent", "agent_node",
+                         {"planner": "scripted", "plan_file": str(plan), "video": False,
+                          "output_dir": str(tmp / "runs")}, name="agent",
+                         remaps={"__node": "agent"})
+    node = robot.node   # spun by the client's executor
+    events = []
+    node.create_subscription(AgentEvent, "/agent/events", events.append, QoSProfile(
+        depth=1000, reliability=ReliabilityPolicy.RELIABLE,
+        durability=DurabilityPolicy.TRANSIENT_LOCAL))
+    action = ActionClient(node, RunTask, "/agent/run_task")
+    try:
+        assert action.wait_for_server(timeout_sec=120), agent.log_tail()
+        handle = wait_future(action.send_goal_async(RunTask.Goal(instruction="open, close")),
+                             10, "goal")
+        assert handle.accepted
+        result = wait_future(handle.get_result_async(), 120, "run_task result").result
+        assert result.summary == "done" and result.turns == 3, result
+        wait_until(lambda: any(e.kind == AgentEvent.KIND_FINISH for e in events), 30,
+                   what="the agent's finish event")
+        yield [_summary(e) for e in events]
+    finally:
+        action.destroy()
+        robot.close()
+
+
+def _summary(event) -> tuple:
+    return event.kind, event.turn, event.tool_name, event.text
+
+
+def _check_log(lines, events):
+    assert len(lines) == len(events), lines
+    assert lines[0].startswith("[turn ") and "tool_call: gripper(" in lines[0], lines
+    assert "finish" in lines[-1] and "done" in lines[-1], lines
+
+
+def test_late_viewer_gets_task_status_whole_agent_log_and_every_layout_channel(ran, node_factory):
+    """The bridge and two viewers start after the run, the robot idle: both viewers get the
+    current task status and every agent event and log line once, in order."""
+    events = ran
+    bridge = node_factory("rpent_foxglove", "bridge", {"port": 0, "stats_period": 0.0},
+                          name="dash_bridge", params_file=CONFIG / "foxglove_bridge.yaml")
+    port = wait_until(lambda: (m := re.search(r"ws://127\.0\.0\.1:(\d+)", bridge.log_tail(200)))
+                      and int(m.group(1)), 60, what="the bridge to listen")
+    url = f"ws://127.0.0.1:{port}"
+    latched = ["/task_status", "/agent/events", "/agent/log"]
+
+    def complete(messages):
+        topics = [m.topic for m in messages]
+        return (topics.count("/task_status") >= 1 and topics.count("/agent/events") >= len(events)
+                and topics.count("/agent/log") >= len(events))
+
+    async def scenario():
+        async with FoxgloveClient(url) as first:
+            await first.wait_for_topics(sorted(layout_topics()), 90)
+            # Services are advertised as the bridge discovers them.
+            await first.collect(10, until=lambda _: layout_services() <= set(first.services))
+            assert layout_services() <= set(first.services), sorted(first.services)
+            await first.subscribe(latched)
+            got_first = await first.collect(30, until=complete)
+            async with FoxgloveClient(url) as second:
+                await second.wait_for_topics(latched, 30)
+                await second.subscribe(latched)
+                got_second = await second.collect(30, until=complete)
+                # The second viewer's history must not reach the first one again.
+                again = await first.collect(1.5)
+            return [first.by_topic(t) for t in latched], got_first, got_second, again
+
+    channels, got_first, got_second, again = asyncio.run(scenario())
+    decode = {c["topic"]: decoder_for(c) for c in channels}
+    for got in (got_first, got_second):
+        by_topic = {t: [decode[t](m.data) for m in got if m.topic == t] for t in latched}
+        (status,) = by_topic["/task_status"]
+        assert status.instruction, "the current task, though the robot is idle"
+        assert [_summary(e) for e in by_topic["/agent/events"]] == events
+        _check_log([m.msg for m in by_topic["/agent/log"]], events)
+    assert not [m for m in again if m.topic in latched], "history sent twice to a viewer"
+    assert bridge.alive(), bridge.log_tail()
+
+
+def test_late_recorder_bag_has_the_whole_agent_log_and_what_the_layout_shows(ran, node_factory,
+                                                                            tmp_path):
+    """The recorder (its default topics, those `ros2 bag record` gets in a bring-up) starts
+    after the run: the bag still has every agent event, their log lines on the channel the
+    layout's log panel reads, and every other channel the layout shows."""
+    import rclpy
+    from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
+
+    from rpent_interfaces.msg import AgentEvent
+
+    events = ran
+    bag = tmp_path / "bag"
+    recorder = node_factory("rpent_bag", "recorder", {"bag_path": str(bag)}, name="dash_recorder")
+    wanted = layout_topics() - LIVE_ONLY
+    for topic in sorted(wanted - {"/agent/log"} | {"/agent/events"}):
+        wait_until(lambda: f"recording {topic} [" in recorder.log_tail(200), 90,
+                   what=f"the recorder to subscribe {topic}")
+    # A latched history arrives once a subscription matches, which nothing outside the
+    # recorder shows: a subscriber that starts now getting all of it bounds that time.
+    probe = rclpy.create_node("dash_late_probe")
+    late = []
+    probe.create_subscription(AgentEvent, "/agent/events", late.append, QoSProfile(
+        depth=1000, reliability=ReliabilityPolicy.RELIABLE,
+        durability=DurabilityPolicy.TRANSIENT_LOCAL))
+    try:
+        wait_until(lambda: rclpy.spin_once(probe, timeout_sec=0.1) or len(late) >= len(events),
+                   30, what="a late subscriber to get the run's events")
+    finally:
+        probe.destroy_node()
+    assert recorder.stop() == 0, recorder.log_tail()
+
+    from mcap.reader import make_reader
+    from mcap_ros2.decoder import DecoderFactory
+    with open(bag / "bag.mcap", "rb") as f:
+        reader = make_reader(f, decoder_factories=[DecoderFactory()])
+        recorded = {c.topic for c in reader.get_summary().channels.values()}
+        assert wanted <= recorded, f"the bag lacks {sorted(wanted - recorded)}"
+        log = [d.msg for _, _, _, d in reader.iter_decoded_messages(topics=["/agent/log"])]
+        evs = [d for _, _, _, d in reader.iter_decoded_messages(topics=["/agent/events"])]
+    assert [_summary(e) for e in evs] == events, "a recorder started late missed events"
+    _check_log(log, events)
