@@ -34,11 +34,13 @@ def current_state(probe):
 
 
 def assert_did_not_move(before: RobotState, after: RobotState):
+    # 10 µrad / 10 µm: a held arm's controller still settles by a few µrad (franky-sim
+    # after a stop motion), far below anything a motion command would cause.
     assert after.episode_step == before.episode_step, "the robot stepped"
-    np.testing.assert_allclose(after.joint_positions, before.joint_positions, atol=1e-6)
+    np.testing.assert_allclose(after.joint_positions, before.joint_positions, atol=1e-5)
     for axis in "xyz":
         assert getattr(after.ee_pose.position, axis) == pytest.approx(
-            getattr(before.ee_pose.position, axis), abs=1e-6)
+            getattr(before.ee_pose.position, axis), abs=1e-5)
 
 
 def test_topics_have_contract_types(robot):

@@ -67,6 +67,7 @@ class LatestObservation:
         self._lock = threading.Condition()
         self._state: Optional[RobotState] = None
         self._images: dict = {}
+        self._closed = False
         self._subs = [node.create_subscription(
             RobotState, _ns(namespace, "robot_state"), self._on_state, STATE_QOS,
             callback_group=group)]
@@ -79,6 +80,12 @@ class LatestObservation:
     def _on_state(self, msg):
         with self._lock:
             self._state = msg
+            self._lock.notify_all()
+
+    def close(self) -> None:
+        """Wake every waiter: no observation will come any more."""
+        with self._lock:
+            self._closed = True
             self._lock.notify_all()
 
     def _on_image(self, cam, msg):
@@ -96,6 +103,8 @@ class LatestObservation:
 
         with self._lock:
             while not ready():
+                if self._closed:
+                    raise ObservationError("the model node is shutting down")
                 left = deadline - time.monotonic()
                 if left <= 0:
                     where = self.namespace or "the node's namespace"
@@ -348,7 +357,14 @@ class ActionModelNode(Node):
         return response
 
     def close(self):
-        self._model.shutdown(wait=False)
+        # Running predict goals end now, not when their robot's next observation or their
+        # timeout comes (the robot may be going down with us).
+        for cancel in list(self._cancel.values()):
+            cancel.set()
+        with self._latest_lock:
+            for source in self._latest.values():
+                source.close()
+        self._model.shutdown(wait=False, cancel_futures=True)
         self.backend.close()
 
 

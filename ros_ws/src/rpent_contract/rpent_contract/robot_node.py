@@ -509,6 +509,8 @@ class RobotContractNode(Node):
         return self._finish(goal_handle, result, stopped, ok=outcome.reached or outcome.stalled)
 
     def _driver_failure(self, goal_handle, result, err: Exception, label: str):
+        if not self.context.ok():
+            raise err  # ROS shut down under the motion (Ctrl-C): its feedback failed, not the robot
         # A driver's own checks (a safety layer, a faulted robot) refuse before moving.
         if isinstance(err, GoalRejected):
             return self._refuse(goal_handle, result, str(err), label)

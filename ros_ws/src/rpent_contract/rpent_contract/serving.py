@@ -33,6 +33,10 @@ def _answering(node, name: str, action_type, execute):
         try:
             return execute(goal_handle)
         except Exception as err:
+            if not node.context.ok():
+                # Ctrl-C shut ROS down under a running goal: its client is going too, and
+                # the goal's feedback and result publishers no longer work.
+                return action_type.Result()
             node.get_logger().error(f"{name} failed: {err}\n{traceback.format_exc()}")
             result = action_type.Result()
             text = (f"{name} failed inside {node.get_fully_qualified_name()} "

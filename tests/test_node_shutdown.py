@@ -1,0 +1,43 @@
+"""Ctrl-C while goals run (the whole bring-up stopping at once): the robot node mid-chunk
+and the model node mid-stream both exit at once, cleanly and without tracebacks."""
+from __future__ import annotations
+
+import numpy as np
+
+from rpent_am.client import ActionModelClient
+from rpent_contract.client import RobotClient
+from rpent_contract.control_space import array_to_chunk
+from rpent_contract.processes import wait_until
+from rpent_interfaces.action import ExecuteChunk
+
+SOUP = "pick the alphabet soup and place it in the basket"
+
+
+def test_ctrl_c_mid_chunk_and_mid_stream_ends_both_nodes_at_once(rclpy_context, node_factory):
+    robot_proc = node_factory("rpent_env_sim", "libero_node", {}, name="shutdown_robot")
+    robot = RobotClient()
+    try:
+        info = robot.wait_ready(180)
+        model_proc = node_factory("rpent_am", "am_node", {"backend": "scripted"},
+                                  name="shutdown_model")
+        model = ActionModelClient(robot.node)
+        model.connect(info, timeout=60)
+        chunks = []
+        model.stream(SOUP, chunks.append, client_id="shutdown")
+        steps = []
+        rows = np.zeros((400, 7))
+        rows[:, 0] = np.where(np.arange(400) % 2 == 0, 0.3, -0.3)
+        goal = ExecuteChunk.Goal()
+        array_to_chunk(rows, info.default_control_space, goal.chunk)
+        robot.send("execute_chunk", goal, feedback=steps.append)
+        wait_until(lambda: len(chunks) >= 2 and len(steps) >= 3, 60,
+                   what="a running stream and a running chunk")
+        # Ctrl-C reaches every node of a bring-up at once; the robot stops publishing, so
+        # the stream's next observation never comes.
+        assert robot_proc.stop(timeout=10) == 0, robot_proc.log_path.read_text()[-3000:]
+        assert model_proc.stop(timeout=5) == 0, model_proc.log_path.read_text()[-3000:]
+    finally:
+        robot.close()
+    for proc in (robot_proc, model_proc):
+        log = proc.log_path.read_text()
+        assert "Traceback" not in log and "RCLError" not in log, log[-3000:]
