@@ -10,13 +10,15 @@ Launch arguments (name, default, what):
   max_turns          30               model turns before the run ends as max_turns
   output_dir         runs             where run folders are created
   run_dir            ''               use this run folder instead of a new one under output_dir
+  mcp_port           8766             TCP port of the MCP server (planner:=mcp)
   action_model       ''               model node to use (/gpu/action_model); empty: start one
   am_backend         none             scripted | lerobot | openpi | rpent_http | none
   am_checkpoint      ''               LeRobot checkpoint folder (am_backend:=lerobot)
   am_endpoint        ''               policy server: host:port (openpi), http://... (rpent_http)
   perception         none             segment/locate tools for the agent: sam3_http | none
   sam3_endpoint      ''               SAM3 server, http://HOST:PORT (perception:=sam3_http)
-  dashboard          false            start the Foxglove bridge (ws://127.0.0.1:8765)
+  dashboard          false            start the Foxglove bridge (ws://127.0.0.1:dashboard_port)
+  dashboard_port     8765             TCP port of the Foxglove bridge (dashboard:=true)
   record             false            record a rosbag2 (MCAP) into the run folder
   namespace          ''               namespace of this robot's topics, actions and services
   robots_file        ''               YAML, one block per robot (/robot1/libero_sim: ...)

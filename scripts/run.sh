@@ -5,5 +5,5 @@ set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 # shellcheck source=scripts/env.sh
 source "$ROOT/scripts/env.sh"
-cd "$ROOT"
+# From the caller's folder, as ros2 launch: runs/ and relative paths are the caller's.
 exec python -m rpent.start "$@"

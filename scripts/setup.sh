@@ -28,6 +28,8 @@ stage_mark() { mkdir -p "$STAMPS"; echo "$2" > "$STAMPS/$1"; }
 # --- 1. system packages -------------------------------------------------------------
 # cmake/g++ build rpent_interfaces; EGL + Mesa render MuJoCo headless; ffmpeg writes videos.
 APT_PKGS=(cmake g++ libegl1 libegl-mesa0 libgl1-mesa-dri libgles2 ffmpeg)
+# A distro's system Python (Ubuntu 22.04 + Humble: 3.10) has no venv module without it.
+[ -z "${ROS_DISTRO:-}" ] || APT_PKGS+=(python3-venv)
 missing=()
 for p in "${APT_PKGS[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -60,10 +62,18 @@ else
   VENV_ARGS=()
   say "no ROS distro sourced: ROS 2 Jazzy core from PyPI wheels ($PY)"
 fi
+# A venv and build made for the other ROS (PyPI wheels vs a sourced distro) hold the wrong
+# Python and rclpy: start both afresh when switching.
+FLAVOR=${ROS_DISTRO:-jazzy-pypi-wheels}
+if [ -f "$STAMPS/flavor" ] && [ "$(cat "$STAMPS/flavor")" != "$FLAVOR" ]; then
+  say "switching from $(cat "$STAMPS/flavor") to $FLAVOR: new $VENV and a clean ros_ws build"
+  rm -rf "$VENV" "$ROOT/ros_ws/build" "$ROOT/ros_ws/install" "$ROOT/ros_ws/log"
+fi
 if [ ! -x "$VENV/bin/python" ] || [ "$FORCE" = 1 ]; then
   say "creating $VENV"
   "$PY" -m venv "${VENV_ARGS[@]}" --clear "$VENV"
 fi
+stage_mark flavor "$FLAVOR"
 VPY="$VENV/bin/python"
 # Some machines' pip configs name package mirrors that do not exist; pip warns about each
 # one per package, which buries real errors. Errors and pip's exit status pass through.
@@ -99,6 +109,14 @@ else
   say "installing Python dependencies from pyproject.toml (LIBERO assets and torch are large; several minutes the first time)"
   pip_install "$ROOT[test]"
   pip_install --no-deps -r "$ROOT/scripts/requirements-nodeps.txt"
+  if [ -n "${ROS_DISTRO:-}" ]; then
+    # The distro's colcon runs /usr/bin/python3 and writes that into node scripts' shebangs,
+    # which cannot see the venv's packages: build with a colcon of the venv's own.
+    pip_install --ignore-installed "colcon-common-extensions==0.3.0" "setuptools>=71,<80"
+    # Humble's launch_testing pytest plugin, loaded by every pytest run, fails pytest 9
+    # at start-up (ros2/launch#979).
+    [ "$ROS_DISTRO" != humble ] || pip_install "pytest>=7.4,<9"
+  fi
   stage_mark python-deps "$h"
 fi
 

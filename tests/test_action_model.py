@@ -182,6 +182,24 @@ def test_executor_streams_the_expert_to_native_success(stack):
     assert report.chunks_stale == 0 and report.chunks_rejected == 0
 
 
+def test_executor_ends_with_the_robots_reason_when_it_refuses_chunk_after_chunk(
+        stack, node_factory):
+    _robot, model, _info, _meta = stack
+    # A robot whose episodes are shorter than one of the expert's chunks refuses them all.
+    node_factory("rpent_env_sim", "libero_node", {"max_episode_steps": 5},
+                 namespace="short", name="short_robot")
+    short = RobotClient(namespace="short")
+    try:
+        short.wait_ready(180)
+        report = ChunkExecutor(short, model, robot_namespace="short").run(
+            SOUP, max_steps=100, timeout=60.0, client_id="refused")
+    finally:
+        short.close()
+    assert report.outcome == "refused", report.message
+    assert "refused 3 chunks in a row: goal refused, nothing moved" in report.message
+    assert report.steps_executed == 0 and report.chunks_executed == 3
+
+
 class SlowBackend(PolicyBackend):
     """A real backend whose inference takes longer than the node lets it."""
 

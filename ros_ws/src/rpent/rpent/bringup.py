@@ -107,6 +107,7 @@ AGENT_ARGS = (
     Argument("max_turns", "30", "model turns before the run ends as max_turns"),
     Argument("output_dir", "runs", "where run folders are created"),
     Argument("run_dir", "", "use this run folder instead of a new one under output_dir"),
+    Argument("mcp_port", "8766", "TCP port of the MCP server (planner:=mcp)"),
 )
 def model_args(backend: str) -> tuple:
     return (
@@ -124,7 +125,8 @@ def perception_args(default: str, choices: str) -> tuple:
 
 
 VIEW_ARGS = (
-    Argument("dashboard", "false", "start the Foxglove bridge (ws://127.0.0.1:8765)"),
+    Argument("dashboard", "false", "start the Foxglove bridge (ws://127.0.0.1:dashboard_port)"),
+    Argument("dashboard_port", "8765", "TCP port of the Foxglove bridge (dashboard:=true)"),
     Argument("record", "false", "record a rosbag2 (MCAP) into the run folder"),
     Argument("namespace", "", "namespace of this robot's topics, actions and services"),
     Argument("robots_file", "", "YAML, one block per robot (/robot1/libero_sim: ...)"),
@@ -171,7 +173,8 @@ def view_nodes(args: dict, ns: str, folder: str) -> list:
     nodes = []
     if _flag(args["dashboard"]):
         nodes.append(NodeSpec("rpent_foxglove", "bridge", "foxglove_bridge", ns,
-                              params_files=[_config("foxglove_bridge.yaml")]))
+                              params_files=[_config("foxglove_bridge.yaml")],
+                              parameters={"port": int(args["dashboard_port"])}))
     if _flag(args["record"]):
         nodes.append(recorder(ns, os.path.join(folder, "bag")))
     return nodes
@@ -201,6 +204,12 @@ def recorder(ns: str, bag: str) -> NodeSpec:
                     params_files=[_config("recorder.yaml")], parameters={"bag_path": bag})
 
 
+def dashboard_url(args: dict) -> str:
+    """Where a viewer connects, for the run summary; empty without a dashboard."""
+    return (f"ws://127.0.0.1:{int(args['dashboard_port'])}"
+            if _flag(args.get("dashboard", "false")) else "")
+
+
 def agent_node(args: dict, ns: str, folder: str, model: str, max_steps: str,
                perception: str) -> NodeSpec:
     return NodeSpec(
@@ -211,7 +220,8 @@ def agent_node(args: dict, ns: str, folder: str, model: str, max_steps: str,
                     "max_turns": int(args["max_turns"]), "max_episode_steps": int(max_steps),
                     "output_dir": os.path.abspath(args["output_dir"]), "run_dir": folder,
                     "action_model": model, "perception": perception,
-                    "robot_namespace": ns, "run_at_startup": True},
+                    "robot_namespace": ns, "run_at_startup": True,
+                    "mcp_port": int(args["mcp_port"]), "dashboard_url": dashboard_url(args)},
         required=True)
 
 

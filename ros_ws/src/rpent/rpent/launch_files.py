@@ -21,8 +21,10 @@ def launch_node(spec: NodeSpec):
         parameters=[*spec.params_files, spec.parameters],
         remappings=list(spec.remappings.items()),
         output="screen", emulate_tty=True,
-        # The run ends with the agent, as it does under rpent.start.
-        on_exit=Shutdown(reason=f"{spec.name} finished") if spec.required else None,
+        # The run ends with the agent, or when any other node dies (a robot node that
+        # cannot start), as it does under rpent.start.
+        on_exit=Shutdown(reason=f"{spec.name} finished" if spec.required else
+                         f"{spec.name} exited; its output above says why"),
     )
 
 

@@ -28,9 +28,15 @@ def stale_prefix(observation_ns: int, step_stamps_ns) -> int:
     return int(np.count_nonzero(np.asarray(step_stamps_ns, dtype=np.int64) > observation_ns))
 
 
+# Chunks the robot may refuse in a row before the run ends with its reason: the model's
+# next chunk, from nearly the same observation, would be refused for the same reason.
+MAX_REFUSALS = 3
+
+
 @dataclass
 class ExecutionReport:
-    outcome: str  # "task_success", "chunks_done", "max_steps", "timeout", "canceled", "error"
+    # "task_success", "chunks_done", "max_steps", "timeout", "refused", "canceled", "error"
+    outcome: str
     message: str
     steps_executed: int = 0
     chunks_received: int = 0
@@ -73,7 +79,7 @@ class ChunkExecutor:
         newest: list = []  # at most one chunk waiting: the newest
         stamps: list = []
         state = {"running": None, "since_switch": 0, "stream_done": False, "success": False,
-                 "progress_at": time.monotonic()}
+                 "progress_at": time.monotonic(), "refused": 0}
 
         def on_chunk(chunk):
             with wake:
@@ -115,6 +121,12 @@ class ChunkExecutor:
                     idle = running is None or running.result_future.done()
                     if self._cancel.is_set():
                         return "canceled", "canceled by the caller"
+                    refusal = running.refusal() if running is not None else None
+                    if refusal is not None:
+                        state["refused"] = state["refused"] + 1 if refusal else 0
+                        if state["refused"] >= MAX_REFUSALS:
+                            return "refused", (f"the robot refused {state['refused']} chunks "
+                                               f"in a row: {refusal}")
                     if stop_on_success and state["success"]:
                         return "task_success", f"task succeeded after {len(stamps)} steps"
                     if len(stamps) >= max_steps:
@@ -181,6 +193,16 @@ class _Running:
         # on the client's lock while a feedback callback holding it waits on ``wake``.
         self.result_future = run.result_future
         self.result_future.add_done_callback(lambda _f: _notify(wake))
+        self._judged = False
+
+    def refusal(self):
+        """Once, after the goal ended: the robot's reason if it refused the chunk, else "".
+        None while it runs and after the first answer."""
+        if self._judged or not self.result_future.done():
+            return None
+        self._judged = True
+        result = self.result_future.result().result
+        return result.message if result.outcome == ExecuteChunk.Result.OUTCOME_REFUSED else ""
 
 
 def _notify(wake):
