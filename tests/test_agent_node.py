@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
+import signal
 import socket
 import time
 from pathlib import Path
@@ -125,6 +127,111 @@ def test_canceling_run_task_stops_the_arm(scripted_agent, robot):
     time.sleep(0.5)
     assert states[-1].episode_step == step, [(m.mode, m.episode_step, m.active_goal)
                                              for m in states[-40:]]
+    run_dir = Path(result.run_dir)
+    written = json.loads((run_dir / "result.json").read_text())
+    assert written["status"] == "canceled" and "canceled by the caller" in written["summary"]
+    assert json.loads((run_dir / "transcript.json").read_text())["result"] == written
+    assert (run_dir / "episode.mp4").stat().st_size > 0
+
+
+def far_target(client, states) -> dict:
+    """A workspace corner far from the hand: a move_to there takes seconds."""
+    info = client.info()
+    lo, hi = info.workspace_min, info.workspace_max
+    p = states[-1].ee_pose.position
+    return {axis: (getattr(lo, axis) + 0.05 if getattr(p, axis) > (getattr(lo, axis)
+                   + getattr(hi, axis)) / 2 else getattr(hi, axis) - 0.05)
+            for axis in ("x", "y", "z")}
+
+
+def at_rest(states, count=10):
+    """Waits for ``count`` more robot states; asserts the hand did not move in them."""
+    seen = len(states)
+    wait_until(lambda: len(states) >= seen + count, 5, what=f"{count} more robot states")
+    poses = {(round(m.ee_pose.position.x, 4), round(m.ee_pose.position.y, 4),
+              round(m.ee_pose.position.z, 4)) for m in states[seen:]}
+    assert len(poses) == 1 and not any(m.active_goal for m in states[seen:]), \
+        [(m.mode, m.active_goal, m.ee_pose.position) for m in states[seen:]]
+
+
+@pytest.mark.slow
+def test_finish_during_a_move_stops_the_move_and_says_so(robot, node_factory, tmp_path):
+    """An MCP client may call finish while its own move_to is still running: the run ends
+    with the arm stopped, and result.json says which motion was stopped."""
+    client, states = robot
+    port = free_port()
+    agent = Agent(node_factory, client, tmp_path, "agent_mcp_finish", planner="mcp",
+                  mcp_port=port, max_turns=10, video=False)
+    url = f"http://127.0.0.1:{port}/mcp"
+    wait_until(lambda: states, 10, what="a robot state")
+    target = far_target(client, states)
+    handle = agent.send(SOUP)
+
+    async def drive():
+        async with Client(url) as mover, Client(url) as finisher:
+            move = asyncio.ensure_future(mover.call_tool("move_to", target))
+            await asyncio.to_thread(wait_until, lambda: states[-1].active_goal == "move_to",
+                                    30, what="the move starting")
+            done = await finisher.call_tool("finish", {"status": "failure",
+                                                       "summary": "gave up mid-move"})
+            return done, await move
+
+    done, moved = asyncio.run(asyncio.wait_for(drive(), 60))
+    status, result = agent.result(handle, 30)
+    wait_until(lambda: not states[-1].active_goal, 0.5, what="no goal active on the robot")
+    at_rest(states)
+    assert not done.is_error and moved.is_error, (done, moved)
+    assert result.status == RunTask.Result.STATUS_FAILURE and result.summary == "gave up mid-move"
+    written = json.loads((Path(result.run_dir) / "result.json").read_text())
+    (cut,) = written["calls_at_end"]
+    assert cut["tool"] == "move_to" and cut["ended_by"] == "stopped" and not cut["ok"], cut
+    assert cut["arguments"] == target and "did not reach the target" in cut["outcome"], cut
+    transcript = json.loads((Path(result.run_dir) / "transcript.json").read_text())
+    assert any(e["kind"] == "run_end_call" and e["tool"] == "move_to"
+               for e in transcript["events"])
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("mode", ["one_shot", "serving"])
+def test_ctrl_c_cancels_the_run_writes_its_files_and_exits_non_zero(robot, node_factory,
+                                                                    tmp_path, mode):
+    """Ctrl-C (SIGINT) mid-run, to an agent started for one task or one serving run_task."""
+    client, states = robot
+    wait_until(lambda: states, 10, what="a robot state")
+    plan = tmp_path / "plan.json"
+    plan.write_text(json.dumps([{"tool": "move_to", "args": far_target(client, states)},
+                                {"tool": "finish", "args": {"status": "success",
+                                                            "summary": "moved"}}]))
+    name = f"agent_interrupted_{mode}"
+    parameters = {"planner": "scripted", "plan_file": str(plan)}
+    if mode == "one_shot":
+        proc = node_factory("rpent_agent", "agent_node",
+                            {**parameters, "instruction": "move",
+                             "output_dir": str(tmp_path / name)},
+                            name=name, remaps={"__node": name})
+    else:
+        agent = Agent(node_factory, client, tmp_path, name, **parameters)
+        proc, handle = agent.proc, agent.send("move")
+    wait_until(lambda: states[-1].active_goal == "move_to" or not proc.alive(), 120,
+               what="the agent's move starting")
+    assert proc.alive(), proc.log_tail()
+    os.killpg(proc.proc.pid, signal.SIGINT)  # as a terminal's Ctrl-C or rpent.start does
+    if mode == "serving":
+        status, result = agent.result(handle, 30)
+        assert status == GoalStatus.STATUS_ABORTED
+        assert result.status == RunTask.Result.STATUS_CANCELED, result.summary
+    proc.proc.wait(30)
+    assert proc.proc.returncode == 128 + signal.SIGINT, proc.log_tail()
+    at_rest(states)
+    (run_dir,) = (tmp_path / name).iterdir()
+    written = json.loads((run_dir / "result.json").read_text())
+    assert written["status"] == "canceled" and "interrupted by SIGINT" in written["summary"], \
+        written
+    transcript = json.loads((run_dir / "transcript.json").read_text())
+    assert transcript["result"] == written
+    assert any(e["kind"] == "tool_result" and e["tool"] == "move_to" and not e["ok"]
+               for e in transcript["events"]), transcript["events"]
+    assert (run_dir / "episode.mp4").stat().st_size > 0
 
 
 @pytest.mark.slow

@@ -210,3 +210,34 @@ def test_run_policy_goes_through_the_chunk_executor(robot, node_factory, tmp_pat
     text = seen[1]["run_policy"][0]
     assert text.startswith("policy ended: chunks_done"), text
     assert toolkit.run.steps_used > 0
+
+
+@pytest.mark.slow
+def test_observe_says_when_the_robot_node_is_gone(rclpy_context, node_factory, tmp_path):
+    """A robot node killed outright leaves its last state behind: observe must not present
+    it as current."""
+    proc = node_factory("rpent_env_sim", "libero_node", {"suite": "libero_object", "task_id": 0},
+                        namespace="doomed", name="agent_tk_doomed_robot")
+    client = RobotClient(namespace="doomed")
+    try:
+        info = client.wait_ready(180)
+        observer = RobotObserver(client.node, info.camera_names, state_rate=info.control_rate)
+        observer.wait_ready(20)
+        toolkit = Toolkit(client, info, observer, RunState(SOUP, 10, 0), images=False)
+        live = toolkit.call("observe")
+        assert "WARNING" not in live.text, live.text
+        proc.proc.send_signal(signal.SIGKILL)
+        proc.proc.wait(10)
+
+        def warned():
+            result = toolkit.call("observe")
+            return result if "WARNING" in result.text else None
+
+        stale = wait_until(warned, observer.stale_after + 5,
+                           what="observe reporting the dead robot")
+    finally:
+        client.close()
+    assert stale.text.startswith("WARNING: "), stale.text
+    assert " s old" in stale.text and ("may be down" in stale.text or "is gone" in stale.text), \
+        stale.text
+    assert "end effector: position" in stale.text  # the last state, marked as old

@@ -4,6 +4,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -32,10 +33,16 @@ def finish(proc: subprocess.Popen, timeout: float) -> str:
 
 def test_starter_runs_a_libero_task_to_native_success(tmp_path):
     run_dir = tmp_path / "run"
-    proc = start("libero_sim", f"run_dir:={run_dir}", "record:=true")
+    with socket.socket() as s:  # a free port for the dashboard
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    proc = start("libero_sim", f"run_dir:={run_dir}", "record:=true", "dashboard:=true",
+                 f"dashboard_port:={port}")
     out = finish(proc, 400)
     assert proc.returncode == 0, out[-4000:]
     assert "task success   : yes (native)" in out
+    assert f"Foxglove bridge listening on ws://127.0.0.1:{port}" in out, out[-4000:]
+    assert f"dashboard      : ws://127.0.0.1:{port}" in out
     result = json.loads((run_dir / "result.json").read_text())
     assert result["status"] == "success" and result["task_success"], result
     assert result["success_source"] == "native", result

@@ -3,12 +3,16 @@
 A run: the planner (api / scripted / mcp) drives the toolkit until finish, the turn or
 step budget, cancel or an error; the run folder then gets transcript.json, result.json and
 episode.mp4. With the ``instruction`` parameter the node runs that task once at start-up
-and exits (status 0 when the run ends in success, else 1).
+and exits (status 0 when the run ends in success, else 1). SIGINT or SIGTERM cancels the
+run in progress, which still writes its files (status canceled); the node then exits with
+128 + the signal's number (0 when it was serving with no run in progress).
 """
 from __future__ import annotations
 
 import json
+import signal
 import threading
+import time
 import uuid
 from datetime import datetime
 from pathlib import Path
@@ -19,9 +23,11 @@ from rclpy.action import CancelResponse, GoalResponse
 from rclpy.callback_groups import ReentrantCallbackGroup
 from rclpy.executors import ExternalShutdownException, MultiThreadedExecutor
 from rclpy.node import Node
+from rclpy.signals import SignalHandlerOptions
 
 from rpent_contract import params
 from rpent_contract.client import RobotClient
+from rpent_contract.processes import node_executable
 from rpent_contract.serving import action_server
 from rpent_interfaces.action import RunTask
 from rpent_interfaces.msg import AgentEvent, TaskStatus
@@ -97,8 +103,10 @@ class AgentNode(Node):
                             "the robot namespace) for the segment and locate tools; empty = "
                             "no perception tools")
         self.mcp_host = d("mcp_host", "127.0.0.1", "mcp planner: address to serve on")
-        self.mcp_port = d("mcp_port", 8765, "mcp planner: TCP port",
+        self.mcp_port = d("mcp_port", 8766, "mcp planner: TCP port (the dashboard has 8765)",
                           lambda v: None if 0 < v < 65536 else "must be 1..65535")
+        self.dashboard_url = d("dashboard_url", "", "where a viewer connects to this run's "
+                               "dashboard, for the run summary; empty = no dashboard")
         self.run_timeout = d("run_timeout", 3600.0, "s a run may take (api, mcp)",
                              params.positive)
         self.reset_episode = d("reset_episode", False, "reset the robot's episode before "
@@ -119,9 +127,11 @@ class AgentNode(Node):
                                  node_name="agent_robot_client")
         self._run_lock = threading.Lock()
         self._toolkit: Optional[Toolkit] = None
+        self._interrupted: Optional[str] = None  # the signal's name, once one came
         try:
             self.info = self.robot.wait_ready(self.startup_timeout)
-            self.observer = RobotObserver(self.robot.node, self.info.camera_names)
+            self.observer = RobotObserver(self.robot.node, self.info.camera_names,
+                                          state_rate=self.info.control_rate)
             self.observer.wait_ready(self.startup_timeout)
             self.executor_, self.model_meta = self._connect_action_model()
             self.perception_client = self._connect_perception()
@@ -196,6 +206,10 @@ class AgentNode(Node):
 
     # --- action server -------------------------------------------------------------------
     def _on_goal(self, goal):
+        if self._interrupted:
+            self.get_logger().warn(f"run_task refused: the agent is shutting down "
+                                   f"({self._interrupted}); start it again")
+            return GoalResponse.REJECT
         if self._run_lock.locked():
             self.get_logger().warn("run_task refused: a run is in progress; cancel it first")
             return GoalResponse.REJECT
@@ -210,6 +224,22 @@ class AgentNode(Node):
             threading.Thread(target=toolkit.cancel, daemon=True).start()
         return CancelResponse.ACCEPT
 
+    def interrupt(self, signal_name: str) -> bool:
+        """Cancel the run in progress (the process got ``signal_name``); it still writes
+        its files. True when a run was in progress."""
+        self._interrupted = signal_name
+        toolkit = self._toolkit
+        if toolkit is not None:
+            toolkit.cancel(f"interrupted by {signal_name}", INTERRUPT_STOP_TIMEOUT)
+        return self._run_lock.locked()
+
+    def wait_idle(self, executor, timeout: float) -> bool:
+        """Spin ``executor`` until no run is in progress (its files written) or ``timeout``."""
+        deadline = time.monotonic() + timeout
+        while self._run_lock.locked() and time.monotonic() < deadline:
+            executor.spin_once(timeout_sec=0.1)
+        return not self._run_lock.locked()
+
     def _execute(self, goal_handle):
         g = goal_handle.request
 
@@ -219,9 +249,10 @@ class AgentNode(Node):
 
         result = self.run_task(g.instruction, g.max_turns, g.max_episode_steps, feedback,
                                run_dir=g.run_dir)
-        if result.status == RunTask.Result.STATUS_CANCELED:
+        if result.status == RunTask.Result.STATUS_CANCELED and goal_handle.is_cancel_requested:
             goal_handle.canceled()
-        elif result.status == RunTask.Result.STATUS_ERROR:
+        elif result.status in (RunTask.Result.STATUS_ERROR, RunTask.Result.STATUS_CANCELED):
+            # Canceled by a signal to this node, not by the caller: to the action, aborted.
             goal_handle.abort()
         else:
             goal_handle.succeed()
@@ -265,6 +296,8 @@ class AgentNode(Node):
         toolkit = self._new_toolkit(run, memory, listener)
         self.get_logger().info(f"run {run_id}: '{instruction}' ({run_dir})")
         self._toolkit = toolkit
+        if self._interrupted:  # the signal came while the run was being set up
+            toolkit.cancel(f"interrupted by {self._interrupted}", INTERRUPT_STOP_TIMEOUT)
         try:
             if self.reset_episode:
                 self.robot.reset(timeout=self.timeouts.service * 6)
@@ -277,8 +310,10 @@ class AgentNode(Node):
         finally:
             self._toolkit = None
             self.observer.video = None
+        ended_calls = toolkit.end_calls(INTERRUPT_STOP_TIMEOUT if self._interrupted
+                                        else self.timeouts.service)
         if run.cancel.is_set():
-            run.finished = ("canceled", "canceled by the caller; the robot was stopped")
+            run.finished = ("canceled", f"{run.cancel_reason}; the robot was told to stop")
         elif run.finished is None:
             run.end("error", "the planner returned without an outcome")
         status, summary = run.finished
@@ -295,7 +330,10 @@ class AgentNode(Node):
         outcome = {"status": status, "summary": summary, "task_success": task_success,
                    "success_source": SUCCESS_SOURCE[source],
                    "turns": run.turns, "tool_calls": run.tool_calls, "steps": run.steps_used,
-                   "input_tokens": run.input_tokens, "output_tokens": run.output_tokens}
+                   "input_tokens": run.input_tokens, "output_tokens": run.output_tokens,
+                   # Tool calls still running when the run ended: motions stopped, the
+                   # rest waited for.
+                   "calls_at_end": ended_calls}
         extra = {}
         if self.planner_name == "api":
             from .planners.api import messages_json
@@ -326,7 +364,7 @@ class AgentNode(Node):
         return super().destroy_node()
 
 
-def summary(result) -> str:
+def summary(result, dashboard_url: str = "") -> str:
     """What a person wants to read when a run ends: verdicts, files, how to watch it."""
     run_dir = Path(result.run_dir)
     status = {v: k for k, v in STATUS.items()}.get(result.status, str(result.status))
@@ -342,19 +380,36 @@ def summary(result) -> str:
     if (run_dir / "episode.mp4").exists():
         lines.append(f"  video          : {run_dir / 'episode.mp4'}")
     bag = run_dir / "bag"
+    if dashboard_url:
+        lines.append(f"  dashboard      : {dashboard_url} (Lichtblick or Foxglove, with the "
+                     "layout config/foxglove_layout.json)")
     if bag.exists():
         lines += [f"  bag            : {bag}",
-                  "  watch it       : ros_ws/install/rpent_bag/lib/rpent_bag/replay "
-                  f"{bag}  (with dashboard:=true or the rpent_foxglove bridge running, then "
-                  "open ws://127.0.0.1:8765 in Foxglove with config/foxglove_layout.json)"]
-    else:
+                  f"  watch it       : {node_executable('rpent_bag', 'replay')} {bag}  (with a "
+                  "dashboard running: dashboard:=true, or the rpent_foxglove bridge)"]
+    elif not dashboard_url:
         lines.append("  watch it live  : add dashboard:=true (and record:=true to replay it "
-                     "later), open ws://127.0.0.1:8765 in Foxglove")
+                     "later), then open the dashboard's address in Lichtblick or Foxglove")
     return "\n".join(lines)
 
 
+# s a stop (and the wait for the motions it ends) may take once the process is told to go:
+# launch and rpent.start kill what has not exited a few seconds after their SIGINT.
+INTERRUPT_STOP_TIMEOUT = 2.0
+# s the run in progress may take to end and write its files after a signal.
+INTERRUPT_WAIT = 8.0
+
+
+def _raise_interrupt(signum, _frame):
+    raise KeyboardInterrupt(signal.Signals(signum).name)
+
+
 def main(args=None):
-    rclpy.init(args=args)
+    # rclpy's own handlers would shut the context down at once, and with it the robot client
+    # that has to stop the arm: a signal instead cancels the run, which ends as usual.
+    rclpy.init(args=args, signal_handler_options=SignalHandlerOptions.NO)
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(signum, _raise_interrupt)
     node = executor = None
     code = 0
     try:
@@ -373,16 +428,26 @@ def main(args=None):
             worker = threading.Thread(target=lambda: done.update(
                 result=node.run_task(instruction)), daemon=True)
             worker.start()
-            while worker.is_alive() and rclpy.ok():
-                executor.spin_once(timeout_sec=0.1)
+            try:
+                while worker.is_alive() and rclpy.ok():
+                    executor.spin_once(timeout_sec=0.1)
+            except KeyboardInterrupt as err:
+                code = _interrupted(node, executor, str(err) or "SIGINT")
+                worker.join(INTERRUPT_WAIT)
             result = done.get("result")
             if result is not None:
-                print(summary(result), flush=True)
-            code = 0 if result is not None and \
-                result.status == RunTask.Result.STATUS_SUCCESS else 1
+                print(summary(result, node.dashboard_url), flush=True)
+            if not code:
+                code = 0 if result is not None and \
+                    result.status == RunTask.Result.STATUS_SUCCESS else 1
         else:
-            executor.spin()
-    except (KeyboardInterrupt, ExternalShutdownException):
+            # spin_once, not spin: a signal is handled between waits, not after the next
+            # callback (which may never come to an idle node).
+            while rclpy.ok():
+                executor.spin_once(timeout_sec=0.1)
+    except KeyboardInterrupt as err:
+        code = _interrupted(node, executor, str(err) or "SIGINT")
+    except ExternalShutdownException:
         pass
     finally:
         if executor is not None:
@@ -390,6 +455,25 @@ def main(args=None):
         if node is not None:
             node.destroy_node()
         rclpy.try_shutdown()
+    return code
+
+
+def _interrupted(node, executor, signal_name: str) -> int:
+    """A signal: cancel the run in progress and let it write its files. The exit status is
+    128 + the signal's number when a run or the start-up was cut short (as a shell reports
+    a process the signal ended), else 0: the node was only serving."""
+    # A second signal (launch escalates to SIGTERM) must not cut the files short.
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(signum, signal.SIG_IGN)
+    code = 128 + signal.Signals[signal_name].value
+    if node is None or executor is None:
+        return code
+    if not node.interrupt(signal_name):
+        return 0
+    if not node.wait_idle(executor, INTERRUPT_WAIT):
+        node.get_logger().error(
+            f"the run did not end within {INTERRUPT_WAIT:g} s of {signal_name}; its files may "
+            "be missing. Check the robot is stopped (its stop service)")
     return code
 
 

@@ -15,9 +15,16 @@ from rpent_interfaces.msg import RobotState, TaskStatus
 
 
 class RobotObserver:
-    def __init__(self, node, camera_names, video=None):
+    def __init__(self, node, camera_names, video=None, state_rate: float = 20.0):
+        """``state_rate``: Hz the robot publishes robot_state at (its control rate)."""
+        self._node = node
         self._lock = threading.Lock()
         self._state: Optional[RobotState] = None
+        self._state_at = 0.0  # monotonic time the newest state arrived
+        # The robot publishes its state on a timer, moving or not: a state older than many
+        # periods means the robot node is down or hung (a loaded machine delays a few).
+        self._period = 1.0 / (state_rate or 20.0)
+        self.stale_after = max(2.0, 20.0 * self._period)
         self._task: Optional[TaskStatus] = None
         self._images: dict = {}
         self.camera_names = list(camera_names)
@@ -30,6 +37,7 @@ class RobotObserver:
              for name in self.camera_names]
 
     def _on_state(self, msg):
+        self._state_at = time.monotonic()
         self._state = msg
 
     def _on_task(self, msg):
@@ -49,6 +57,21 @@ class RobotObserver:
 
     def state(self) -> Optional[RobotState]:
         return self._state
+
+    def staleness(self) -> Optional[str]:
+        """None while the robot's data is current; else what is wrong and what to do."""
+        if self._state is None:
+            return "no robot state has arrived yet; check that the robot node is running"
+        age = time.monotonic() - self._state_at
+        if age <= self.stale_after:
+            return None
+        if self._node.count_publishers("robot_state") == 0:
+            return (f"the robot node is gone (nothing publishes robot_state): the robot "
+                    f"state and images are {age:.1f} s old. Restart the robot node")
+        return (f"robot state is {age:.1f} s old (it should arrive every "
+                f"{self._period:.2f} s); the robot node may be down or hung, so "
+                "the state and images are not current. Check it (ros2 node list) before "
+                "moving")
 
     def task(self) -> Optional[TaskStatus]:
         return self._task

@@ -26,6 +26,8 @@ from rpent_contract.robot_node import OBJECT_POSES_SERVICE
 from .memory import MemoryDir, MemoryRefused
 
 FINISH_STATUSES = ("success", "failure", "stuck")
+# Tools that set the robot moving: when a run ends with one still in flight, it is stopped.
+MOTION_TOOLS = ("move_to", "gripper", "run_policy")
 
 
 @dataclass
@@ -70,6 +72,7 @@ class RunState:
     output_tokens: int = 0
     finished: Optional[tuple] = None  # (status, summary)
     cancel: threading.Event = field(default_factory=threading.Event)
+    cancel_reason: str = "canceled by the caller"
 
     def end(self, status: str, summary: str) -> None:
         if self.finished is None:
@@ -117,6 +120,10 @@ class Toolkit:
         self.perception = perception
         self.timeouts, self.images, self.listener = timeouts, images, listener
         self.tools: dict[str, Tool] = {t.name: t for t in self._build()}
+        # Tool calls still running: an MCP client may call finish while a move_to of its
+        # own is in flight, and a planner's deadline may abandon a call mid-motion.
+        self._calls_lock = threading.Lock()
+        self._in_flight: dict[int, dict] = {}
 
     # --- catalogue -----------------------------------------------------------------------
     def _build(self) -> list[Tool]:
@@ -221,28 +228,90 @@ class Toolkit:
         self.listener(kind="tool_call", tool_name=name, arguments=arguments)
         start = time.monotonic()
         tool = self.tools.get(name)
-        if run.finished is not None:
-            result = ToolResult(f"the run has already ended ({run.finished[0]}); no more tools "
-                                "can be called", ok=False)
-        elif run.cancel.is_set():
-            result = ToolResult("the run was canceled; stop calling tools", ok=False)
-        elif tool is None:
-            result = ToolResult(f"unknown tool '{name}'; available: {', '.join(self.tools)}",
-                                ok=False)
+        with self._calls_lock:
+            refusal = self._refusal(name, tool)
+            if refusal is None:
+                run.tool_calls += 1
+                call = {"tool": name, "arguments": arguments, "done": threading.Event()}
+                self._in_flight[id(call)] = call
+        if refusal is not None:
+            result = refusal
         else:
-            run.tool_calls += 1
-            result = self._invoke(tool, arguments)
+            try:
+                result = self._invoke(tool, arguments)
+            finally:
+                with self._calls_lock:
+                    del self._in_flight[id(call)]
+            call["result"] = result
+            call["done"].set()
             if run.max_steps and run.steps_used >= run.max_steps and run.finished is None:
                 run.end("max_turns", f"episode step budget of {run.max_steps} steps used "
                         f"({run.steps_used} steps)")
                 result.text += (f"\nThe episode step budget ({run.max_steps}) is used up; "
                                 "the run ends here.")
-            if tool.images and self.images:
-                result.images = self._camera_pngs()
+            if tool.images:
+                # The robot's data (state, images) is what these results are about: never
+                # present an old one as current. Only a warning: a loaded machine may delay
+                # the state for a while, and the motion tools notice a robot that is gone.
+                stale = self.observer.staleness()
+                if stale is not None:
+                    result.text = f"WARNING: {stale}.\n{result.text}"
+                if self.images:
+                    result.images = self._camera_pngs()
         duration = time.monotonic() - start
         self.listener(kind="tool_result", tool_name=name, text=result.text, ok=result.ok,
                       duration=duration, images=len(result.images))
         return result
+
+    def _refusal(self, name: str, tool: Optional[Tool]) -> Optional[ToolResult]:
+        if self.run.finished is not None:
+            return ToolResult(f"the run has already ended ({self.run.finished[0]}); no more "
+                              "tools can be called", ok=False)
+        if self.run.cancel.is_set():
+            return ToolResult("the run was canceled; stop calling tools", ok=False)
+        if tool is None:
+            return ToolResult(f"unknown tool '{name}'; available: {', '.join(self.tools)}",
+                              ok=False)
+        return None
+
+    def end_calls(self, timeout: float) -> list[dict]:
+        """Once the run has ended: stop every motion still in flight and wait (up to
+        ``timeout`` s) for every tool call still running. Returns what each one was and how
+        it ended, for the run's files."""
+        with self._calls_lock:
+            pending = list(self._in_flight.values())
+        deadline = time.monotonic() + timeout
+        stop_note = None
+        # A goal sent just after a stop would still run: stop again while a motion is left.
+        while any(c["tool"] in MOTION_TOOLS and not c["done"].is_set() for c in pending):
+            if self.executor is not None:
+                self.executor.cancel()
+            stop_note = self._stop_robot(max(0.1, min(self.timeouts.service,
+                                                      deadline - time.monotonic())))
+            for call in pending:
+                call["done"].wait(max(0.0, min(1.0, deadline - time.monotonic())))
+            if time.monotonic() >= deadline:
+                break
+        for call in pending:
+            call["done"].wait(max(0.0, deadline - time.monotonic()))
+        ended = []
+        for call in pending:
+            result = call.get("result")
+            stopped = stop_note is not None and call["tool"] in MOTION_TOOLS
+            entry = {"tool": call["tool"], "arguments": call["arguments"],
+                     "ended_by": "stopped" if stopped else "waited for"}
+            if stopped:
+                entry["stop"] = stop_note
+            if result is None:
+                entry["outcome"] = (f"still running {timeout:g} s after the run ended; check "
+                                    "the robot (observe, or its stop service)")
+            else:
+                entry["outcome"], entry["ok"] = result.text, result.ok
+            self.listener(kind="run_end_call", tool_name=call["tool"],
+                          arguments=call["arguments"], text=entry["outcome"],
+                          ok=result is not None and result.ok, ended_by=entry["ended_by"])
+            ended.append(entry)
+        return ended
 
     def _invoke(self, tool: Tool, arguments: dict) -> ToolResult:
         try:
@@ -259,9 +328,9 @@ class Toolkit:
             return ToolResult(f"{tool.name} failed: {type(err).__name__}: {err}. Check the robot "
                               "with observe before trying again.", ok=False)
 
-    def _stop_robot(self) -> str:
+    def _stop_robot(self, timeout: Optional[float] = None) -> str:
         try:
-            self.robot.stop(timeout=self.timeouts.service)
+            self.robot.stop(timeout=self.timeouts.service if timeout is None else timeout)
             return "The robot was told to stop; observe before the next motion."
         except Exception as err:  # noqa: BLE001
             return f"Stopping the robot failed too ({err}); the robot may be unreachable."
@@ -443,12 +512,14 @@ class Toolkit:
         n = self.memory.write(str(path), str(content))
         return ToolResult(f"wrote {n} bytes to {path}")
 
-    def cancel(self) -> None:
+    def cancel(self, reason: str = "canceled by the caller",
+               timeout: Optional[float] = None) -> None:
         """Stop the run: no more tools, the policy and the robot stop."""
+        self.run.cancel_reason = reason
         self.run.cancel.set()
         if self.executor is not None:
             self.executor.cancel()
-        self._stop_robot()
+        self._stop_robot(timeout)
 
     def describe(self) -> list[dict[str, Any]]:
         return [{"name": t.name, "description": t.description, "parameters": t.parameters}

@@ -25,7 +25,7 @@ INSTRUCTIONS = ("Tools of a robot arm. Call observe first: it shows the task and
 class McpPlanner:
     name = "mcp"
 
-    def __init__(self, toolkit_provider, host: str = "127.0.0.1", port: int = 8765,
+    def __init__(self, toolkit_provider, host: str = "127.0.0.1", port: int = 8766,
                  run_timeout: float = 3600.0):
         """``toolkit_provider()``: the toolkit of the current run, or None between runs."""
         self._toolkit = toolkit_provider
