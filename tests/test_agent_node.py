@@ -14,9 +14,8 @@ import cv2
 import pytest
 from action_msgs.msg import GoalStatus
 from mcp import Client, types
-from rclpy.action import ActionClient
 
-from rpent_contract.client import RobotClient, wait_future
+from rpent_contract.client import ActionClient, RobotClient, wait_future
 from rpent_contract.processes import wait_until
 from rpent_interfaces.action import RunTask
 from rpent_interfaces.msg import AgentEvent, RobotState

@@ -87,7 +87,7 @@ def ran(rclpy_context, node_factory, tmp_path_factory):
     """Robot, action model and agent up, and one agent run finished: everything a viewer
     or recorder started now has missed. Yields the run's events as a subscriber that was
     there from the start got them."""
-    from rclpy.action import ActionClient
+    from rpent_contract.client import ActionClient
     from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
 
     from rpent_interfaces.action import RunTask

@@ -15,9 +15,8 @@ from pathlib import Path
 
 import pytest
 from action_msgs.msg import GoalStatus
-from rclpy.action import ActionClient
 
-from rpent_contract.client import wait_future
+from rpent_contract.client import ActionClient, wait_future
 from rpent_contract.processes import wait_until
 from rpent_contract.qos import LATCHED_QOS
 from rpent_interfaces.action import RunTask

@@ -10,11 +10,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 from action_msgs.msg import GoalStatus
-from rclpy.action import ActionClient
 from sensor_msgs.msg import Image
 from tf2_msgs.msg import TFMessage
 
-from rpent_contract.client import RobotClient, wait_future
+from rpent_contract.client import ActionClient, RobotClient, wait_future
 from rpent_contract.processes import wait_until
 from rpent_contract.qos import IMAGE_QOS, LATCHED_QOS, TF_QOS
 from rpent_interfaces.action import RunTask

@@ -20,8 +20,10 @@ import numpy as np
 import rclpy
 from action_msgs.msg import GoalStatus
 from rclpy.action import ActionClient as _RclpyActionClient
+from rclpy.action.client import ClientGoalHandle
 from rclpy.executors import MultiThreadedExecutor
 from std_srvs.srv import Trigger
+from unique_identifier_msgs.msg import UUID
 
 from rpent_interfaces.action import (
     ExecuteChunk,
@@ -105,6 +107,25 @@ class ActionClient(_RclpyActionClient):
             kwargs.setdefault(profile, REQUEST_QOS)  # a burst of goals is not dropped
         super().__init__(*args, **kwargs)
         self._answer_lock = threading.Lock()
+
+    def wait_for_server(self, timeout_sec: Optional[float] = None) -> bool:
+        """rclpy's wait, then until the server answers this client. rclpy's sees the
+        server's request side only, and a server that has not yet discovered this client
+        drops its answers (Fast DDS on a loaded machine: "failed to send response
+        (timeout)"), which lost the first goal of a run. A cancel of a goal that does not
+        exist (a random id: an all-zero one would cancel every goal) changes nothing."""
+        deadline = None if timeout_sec is None else time.monotonic() + timeout_sec
+        if not super().wait_for_server(timeout_sec=timeout_sec):
+            return False
+        while deadline is None or time.monotonic() < deadline:
+            probe = ClientGoalHandle(self, UUID(uuid=list(uuid.uuid4().bytes)), None)
+            answered = self._cancel_goal_async(probe)
+            until = time.monotonic() + 1.0
+            while not answered.done() and time.monotonic() < until:
+                time.sleep(0.02)
+            if answered.done():
+                return True
+        return False
 
     def send_goal_async(self, *args, **kwargs):
         with self._answer_lock:
