@@ -349,7 +349,8 @@ def test_every_request_of_a_burst_is_answered(robot, probe_node, current_state):
         # A server drops answers to a client it has not discovered yet (wait_for_service
         # sees only the request side): one answered call on each path first.
         _answered_once(lambda: stop.call_async(Trigger.Request()), "stop")
-        _answered_once(lambda: cancel.call_async(CancelGoal.Request()), "cancel_goal")
+        _answered_once(lambda: cancel.call_async(CancelGoal.Request(goal_info=GoalInfo(
+            goal_id=UUID(uuid=list(uuid.uuid4().bytes))))), "cancel_goal")  # no such goal
         handle = _answered_once(lambda: chunks.send_goal_async(goal), "send_goal")
         _answered_once(handle.get_result_async, "get_result")
 
@@ -371,7 +372,7 @@ def test_every_request_of_a_burst_is_answered(robot, probe_node, current_state):
         accepted = chunks.send_goal_async(goal, feedback_callback=lambda fb: seen.append(1))
         wait_until(lambda: accepted.done() and len(seen) >= 3, 60, what="the chunk to run")
         handle = accepted.result()
-        others = [UUID(uuid=list(uuid.uuid4().bytes)) for _ in range(49)]
+        others = [UUID(uuid=list(uuid.uuid4().bytes)) for _ in range(49)]  # no such goals
         calls = [cancel.call_async(CancelGoal.Request(goal_info=GoalInfo(goal_id=goal_id)))
                  for goal_id in [handle.goal_id] + others]
         wait_until(lambda: all(c.done() for c in calls), 30,
