@@ -119,12 +119,11 @@ class ActionClient(_RclpyActionClient):
             return False
         while deadline is None or time.monotonic() < deadline:
             probe = ClientGoalHandle(self, UUID(uuid=list(uuid.uuid4().bytes)), None)
-            answered = self._cancel_goal_async(probe)
-            until = time.monotonic() + 1.0
-            while not answered.done() and time.monotonic() < until:
-                time.sleep(0.02)
-            if answered.done():
+            try:
+                wait_future(self._cancel_goal_async(probe), 1.0, "cancel of no goal")
                 return True
+            except ContractTimeout:
+                continue  # not yet discovered by the server: ask again
         return False
 
     def send_goal_async(self, *args, **kwargs):
