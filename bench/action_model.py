@@ -12,6 +12,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import multiprocessing
 import tempfile
 import threading
@@ -54,12 +55,35 @@ def stats(seconds) -> str:
     return f"p50 {np.percentile(ms, 50):7.3f} ms  p99 {np.percentile(ms, 99):7.3f} ms"
 
 
-def transport(rounds: int) -> None:
+@contextlib.contextmanager
+def model_in_process(target, args=(), node_name: str = "bench_client"):
+    """A model node served by ``target(*args)`` in a spawned process, and a client of it
+    on a spinning node of this process: yields (client, server process)."""
     import rclpy
     from rclpy.executors import SingleThreadedExecutor
 
-    from rpent_am.backends.rpent_http import RpentHttpBackend, RpentHttpServer
     from rpent_am.client import ActionModelClient
+
+    server = multiprocessing.get_context("spawn").Process(target=target, args=args,
+                                                          daemon=True)
+    server.start()
+    rclpy.init()
+    node = rclpy.create_node(node_name)
+    executor = SingleThreadedExecutor()
+    executor.add_node(node)
+    threading.Thread(target=executor.spin, daemon=True).start()
+    try:
+        yield ActionModelClient(node), server
+    finally:
+        executor.shutdown()
+        node.destroy_node()
+        rclpy.try_shutdown()
+        server.terminate()
+        server.join(10)
+
+
+def transport(rounds: int) -> None:
+    from rpent_am.backends.rpent_http import RpentHttpBackend, RpentHttpServer
     from rpent_am.observation import to_msg
     from rpent_interfaces.action import Predict
 
@@ -71,15 +95,7 @@ def transport(rounds: int) -> None:
         backend.predict(obs, "pick", "bench")
         local.append(time.perf_counter() - t0)
 
-    server = multiprocessing.get_context("spawn").Process(target=_serve_trivial, daemon=True)
-    server.start()
-    rclpy.init()
-    node = rclpy.create_node("bench_client")
-    executor = SingleThreadedExecutor()
-    executor.add_node(node)
-    threading.Thread(target=executor.spin, daemon=True).start()
-    try:
-        model = ActionModelClient(node)
+    with model_in_process(_serve_trivial) as (model, _server):
         model.meta(timeout=60)
         goal = Predict.Goal(instruction="pick", mode=Predict.Goal.MODE_SINGLE)
         to_msg(obs, goal.observation)
@@ -90,12 +106,6 @@ def transport(rounds: int) -> None:
             if i >= 10:  # the first rounds pay for discovery and allocations
                 ros.append(time.perf_counter() - t0)
             assert result.last_chunk.horizon == 50, result.message
-    finally:
-        executor.shutdown()
-        node.destroy_node()
-        rclpy.try_shutdown()
-        server.terminate()
-        server.join(10)
 
     with RpentHttpServer(Trivial()) as http_server:
         client = RpentHttpBackend(http_server.endpoint)

@@ -134,7 +134,8 @@ def test_a_robot_that_stops_answering_mid_motion_is_reported_and_stopped(robot, 
     toolkit, _ = make_toolkit(robot, tmp_path, timeouts=Timeouts(move=0.5))
 
     def hang_mid_motion():
-        wait_until(lambda: observer.state().mode == RobotState.MODE_MOVING, 30,
+        # The move's own goal: the reset before it is a motion too.
+        wait_until(lambda: observer.state().active_goal == "move_to", 30,
                    what="the move starting")
         os.kill(proc.proc.pid, signal.SIGSTOP)
         time.sleep(2.0)  # the hang: longer than the tool's timeout

@@ -8,13 +8,17 @@ from __future__ import annotations
 
 import math
 import time
+from pathlib import Path
 
 import numpy as np
 import pytest
 from action_msgs.msg import GoalStatus
 
+from rpent_contract.client import next_message
 from rpent_contract.processes import wait_until
+from rpent_contract.qos import LATCHED_QOS, STATE_QOS
 from rpent_interfaces.action import ExecuteChunk
+from rpent_interfaces.msg import RobotState, TaskStatus
 
 SUCCEEDED, ABORTED, CANCELED = (GoalStatus.STATUS_SUCCEEDED, GoalStatus.STATUS_ABORTED,
                                 GoalStatus.STATUS_CANCELED)
@@ -23,16 +27,7 @@ pytestmark = pytest.mark.slow
 
 
 def _state(client):
-    from rpent_interfaces.msg import RobotState
-    from rpent_contract.qos import STATE_QOS
-
-    box = {}
-    sub = client.node.create_subscription(RobotState, "robot_state",
-                                          lambda m: box.__setitem__("m", m), STATE_QOS)
-    try:
-        return wait_until(lambda: box.get("m"), 10, what="robot_state")
-    finally:
-        client.node.destroy_subscription(sub)
+    return next_message(client.node, RobotState, "robot_state", STATE_QOS, 10)
 
 
 def _position(pose):
@@ -156,19 +151,43 @@ def _move_goal(position):
     return goal
 
 
+def _ns(stamp) -> int:
+    return stamp.sec * 1_000_000_000 + stamp.nanosec
+
+
 def test_robot_lost_mid_motion_is_reported_and_recovered(franka):
     client, sim, node = franka
+    from sensor_msgs.msg import JointState
+
     from rpent_hw.franky_sim import FrankySimProcess
 
+    states, joints = [], []  # (arrival, message)
+    subs = [client.node.create_subscription(
+        msg_type, topic, lambda m, into=into: into.append((time.monotonic(), m)), STATE_QOS)
+        for msg_type, topic, into in ((RobotState, "robot_state", states),
+                                      (JointState, "joint_states", joints))]
     start = _position(_state(client).ee_pose)
     run = client.send("move_to", _move_goal(start + [0.0, 0.2, 0.0]))
     time.sleep(0.8)
     sim.kill()
+    killed = time.monotonic()
+    # robot_state says so within a second of the robot falling silent (state_timeout 0.5 s;
+    # the bound leaves room for a loaded machine), stamped with its last measurement.
+    first = wait_until(lambda: next((m for t, m in list(states) if t > killed
+                                     and m.mode == RobotState.MODE_ERROR), None), 1.5,
+                       what="robot_state reporting the silent robot")
+    last_measured = _ns(first.header.stamp)
     status, result = run.result(30)
     assert status == ABORTED and "lost" in result.message, result.message
-    state = wait_until(lambda: (lambda s: s if s.errors else None)(_state(client)), 10,
-                       what="robot_state reporting the lost connection")
-    assert any("lost" in e for e in state.errors), state.errors
+    state = wait_until(lambda: (lambda s: s if any("lost" in e for e in s.errors) else None)(
+        _state(client)), 10, what="robot_state reporting the lost connection")
+    # Nothing was published as newer than the last measurement while the robot was gone.
+    for msg_type in (states, joints):
+        stamps = [_ns(m.header.stamp) for _, m in list(msg_type)]
+        assert max(stamps) == last_measured, (max(stamps) - last_measured) / 1e9
+    assert state.mode == RobotState.MODE_ERROR and _ns(state.header.stamp) == last_measured
+    for sub in subs:
+        client.node.destroy_subscription(sub)
     # Still serving: info answers, and motions are refused with the reason.
     assert client.info().embodiment == "franka_fr3"
     status, result = client.execute_chunk(np.zeros((2, 7)), "ee_delta", timeout=30)
@@ -180,3 +199,91 @@ def test_robot_lost_mid_motion_is_reported_and_recovered(franka):
     status, result = client.execute_chunk(np.zeros((2, 7)), "ee_delta", timeout=30)
     assert status == SUCCEEDED, result.message
     assert node.alive()
+
+
+def test_streamed_chunks_keep_the_arm_moving_across_boundaries(franka):
+    """Each chunk is sent while the previous one runs, as a policy client does: the arm
+    keeps moving (it used to halt and settle, ~75 control periods per boundary)."""
+    from rpent_hw.stream_check import constant_delta, stream_chunks
+
+    client, _sim, _node = franka
+    assert client.reset().success
+    row = np.zeros(7)
+    row[1] = 0.002
+    record = stream_chunks(client, constant_delta(row), chunks=3)
+    results = [result for _status, result in record.results]
+    assert [r.outcome for r in results] == [ExecuteChunk.Result.OUTCOME_CANCELED] * 2 + [
+        ExecuteChunk.Result.OUTCOME_COMPLETED], [r.message for r in results]
+    assert all("continues the motion" in r.message for r in results[:2])
+    # From ee_pose and the step feedback: the next chunk's first step follows the last
+    # one's within a period or so, and the end effector never comes to rest in between.
+    gaps, ratios = record.boundary_gaps(), record.boundary_speed_ratios()
+    assert len(gaps) == 2 and gaps.max() < 2.5, gaps
+    assert len(ratios) == 2 and ratios.min() > 0.05, ratios
+    # The deltas continue from where the last chunk left its target: 3 chunks sent after
+    # 10 steps each = 40 steps of 2 mm.
+    y = [p[1] for _t, p in record.poses]
+    assert y[-1] - y[0] == pytest.approx(sum(r.steps_executed for r in results) * 0.002,
+                                         abs=0.005)
+
+
+def _task(client):
+    return next_message(client.node, TaskStatus, "task_status", LATCHED_QOS, 10)
+
+
+def _reset_goal(client, feedback):
+    from rpent_interfaces.action import ResetEpisode
+
+    return client.send("reset_episode", ResetEpisode.Goal(), feedback=feedback)
+
+
+def _away_from_home(client):
+    """Move joint 1 well away from home, so a reset has a long way to go."""
+    q = np.array(_state(client).joint_positions[:7])
+    target = q + [0.4, 0, 0, 0, 0, 0, 0]
+    rows = np.hstack([np.linspace(q, target, 41)[1:], np.zeros((40, 1))])
+    status, result = client.execute_chunk(rows, "joint_position", timeout=60)
+    assert status == SUCCEEDED, result.message
+    return target
+
+
+@pytest.mark.parametrize("interrupt", ["cancel", "stop"])
+def test_reset_on_its_way_home_halts_when_canceled_or_stopped(franka, interrupt):
+    client, _sim, _node = franka
+    episode = client.reset()
+    assert episode.success, episode.message
+    home = np.array(_state(client).joint_positions[:7])
+    away = _away_from_home(client)
+    poses = []
+    run = _reset_goal(client, lambda fb: poses.append(fb.feedback.ee_pose))
+    # Interrupted once well on its way (the feedback says where the arm is).
+    wait_until(lambda: len(poses) > 2 and np.linalg.norm(
+        _position(poses[-1]) - _position(poses[0])) > 0.03, 30, what="the reset under way")
+    if interrupt == "cancel":
+        run.cancel()
+    else:
+        assert client.stop().success
+    status, result = run.result(30)
+    assert status == (CANCELED if interrupt == "cancel" else ABORTED), result.message
+    assert not result.success and "stopped" in result.message, result.message
+    # Halted part-way: at rest, neither where it was nor home, and no new episode.
+    first = np.array(_state(client).joint_positions[:7])
+    time.sleep(0.5)
+    halted = np.array(_state(client).joint_positions[:7])
+    assert np.abs(halted - first).max() < 0.005
+    assert 0.03 < halted[0] - home[0] < away[0] - home[0] - 0.05, (halted[0], home[0], away[0])
+    assert _task(client).episode_id == episode.episode_id
+    # A reset run to the end gets home and starts a new episode.
+    status, result = _reset_goal(client, None).result(60)
+    assert status == SUCCEEDED and result.success, result.message
+    np.testing.assert_allclose(_state(client).joint_positions[:7], home, atol=5e-3)
+
+
+def test_home_outside_joint_limits_stops_the_node_at_start_up(node_factory):
+    proc = node_factory("rpent_hw", "franka_node",
+                        {"home_joints": [0.0, 0.0, 0.0, 0.0, 0.0, 1.57, 0.785]},
+                        name="bad_home",
+                        params_file=Path(__file__).resolve().parents[1] / "config/franka.yaml")
+    wait_until(lambda: not proc.alive(), 60, what="the node to exit")
+    assert proc.proc.returncode == 2
+    assert "home_joints" in proc.log_tail() and "joint 4" in proc.log_tail(), proc.log_tail()

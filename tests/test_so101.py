@@ -15,8 +15,11 @@ import numpy as np
 import pytest
 from action_msgs.msg import GoalStatus
 
+from rpent_contract.client import next_message
 from rpent_contract.processes import NodeProcess, wait_until
+from rpent_contract.qos import STATE_QOS
 from rpent_interfaces.action import ExecuteChunk
+from rpent_interfaces.msg import RobotState
 
 CONFIG = Path(__file__).resolve().parents[1] / "config" / "so101.yaml"
 SUCCEEDED, ABORTED = GoalStatus.STATUS_SUCCEEDED, GoalStatus.STATUS_ABORTED
@@ -53,16 +56,7 @@ def so101(rclpy_context, node_factory, tmp_path_factory):
 
 
 def _state(client):
-    from rpent_contract.qos import STATE_QOS
-    from rpent_interfaces.msg import RobotState
-
-    box = {}
-    sub = client.node.create_subscription(RobotState, "robot_state",
-                                          lambda m: box.__setitem__("m", m), STATE_QOS)
-    try:
-        return wait_until(lambda: box.get("m"), 10, what="robot_state")
-    finally:
-        client.node.destroy_subscription(sub)
+    return next_message(client.node, RobotState, "robot_state", STATE_QOS, 10)
 
 
 def _position(pose):
@@ -126,6 +120,35 @@ def test_ee_delta_chunk_integrates_to_its_sum(so101):
     assert status == SUCCEEDED and result.steps_executed == 20, result.message
     moved = _position(_state(client).ee_pose) - start
     np.testing.assert_allclose(moved, [0.02, 0.0, 0.04], atol=0.004)
+
+
+@pytest.mark.parametrize("space", ["joint_position", "ee_delta"])
+def test_streamed_chunks_keep_the_arm_moving_across_boundaries(so101, space):
+    """Each chunk is sent while the previous one runs, as a policy client does: the servos
+    keep getting targets (they used to hold and settle, 6 control periods per boundary)."""
+    from rpent_hw.stream_check import constant_delta, joint_ramp, stream_chunks
+
+    client, bus, _node = so101
+    assert client.reset().success
+    if space == "ee_delta":
+        row = np.zeros(7)
+        row[1] = 0.001
+        chunks = constant_delta(row)
+    else:
+        chunks = joint_ramp(_degrees(bus), [0.5, 0, 0, 0, 0, 0])
+    record = stream_chunks(client, chunks, chunks=3)
+    results = [result for _status, result in record.results]
+    assert [r.outcome for r in results] == [ExecuteChunk.Result.OUTCOME_CANCELED] * 2 + [
+        ExecuteChunk.Result.OUTCOME_COMPLETED], [r.message for r in results]
+    # From ee_pose and the step feedback: the next chunk's first step follows the last
+    # one's within a period or so, and the end effector never comes to rest in between.
+    gaps, ratios = record.boundary_gaps(), record.boundary_speed_ratios()
+    assert len(gaps) == 2 and gaps.max() < 2.5, gaps
+    assert len(ratios) == 2 and ratios.min() > 0.05, ratios
+    if space == "ee_delta":  # each chunk continues from where the last left its target
+        y = [p[1] for _t, p in record.poses]
+        assert y[-1] - y[0] == pytest.approx(
+            sum(r.steps_executed for r in results) * 0.001, abs=0.004)
 
 
 @pytest.mark.parametrize("case, expected", [
@@ -255,3 +278,30 @@ def test_missing_calibration_names_the_command_to_run(tmp_path):
         assert "no calibration for robot_id 'new_arm'" in log, log
         assert f"--robot.port={bus.port} --robot.id=new_arm" in log, log
         assert not any(bus.torque_enabled().values())
+
+
+def test_reset_on_its_way_home_halts_when_canceled(so101):
+    from rpent_interfaces.action import ResetEpisode
+
+    client, bus, _node = so101
+    assert client.reset().success
+    home = _degrees(bus)
+    away = home + [60.0, 0, 0, 0, 0, 0]
+    status, result = client.execute_chunk(_ramp(home, away, 2.0), "joint_position", timeout=60)
+    assert status == SUCCEEDED, result.message
+    steps = []
+    run = client.send("reset_episode", ResetEpisode.Goal(),
+                      feedback=lambda fb: steps.append(fb.feedback.step))
+    wait_until(lambda: len(steps) >= 5, 30, what="reset feedback on the way home")
+    run.cancel()
+    status, result = run.result(30)
+    assert status == GoalStatus.STATUS_CANCELED and not result.success, result.message
+    # Held part-way (the servos' targets stop at once): neither where it was nor home.
+    first = _degrees(bus)[0]
+    time.sleep(0.3)
+    held = _degrees(bus)[0]
+    assert abs(held - first) < 3.0 and home[0] + 5 < held < away[0] - 5, (home[0], first, held,
+                                                                          away[0])
+    status, result = client.send("reset_episode", ResetEpisode.Goal()).result(60)
+    assert status == SUCCEEDED and result.success, result.message
+    np.testing.assert_allclose(_degrees(bus)[:5], home[:5], atol=0.5)

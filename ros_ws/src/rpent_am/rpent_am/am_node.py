@@ -10,15 +10,20 @@ The model sits behind a :class:`~rpent_am.policy.PolicyBackend`. Observations co
 the goal, or from the latest contract topics of the robot (``robot_state`` and the model's
 cameras) in ``robot_namespace``. Every chunk is checked against the model's metadata
 before it leaves the node; a failing backend fails the goal, never the node.
+
+Many clients, and clients that misbehave: at most ``max_goals`` goals run at once (more
+are aborted with the reason); a robot's topics are subscribed while goals use them (on the
+companion node ``<name>_observations``), an observation older than
+``max_observation_age`` is never predicted from, and a goal naming a namespace where no
+robot publishes fails after a few seconds. Policy sessions are bounded (``max_sessions``,
+``session_ttl``); goals without a client_id share one session per robot. An inference that
+overruns its goal's timeout is abandoned to its thread, and the next goal gets a fresh one.
 """
 from __future__ import annotations
 
 import threading
 import time
 import traceback
-import uuid
-from concurrent.futures import ThreadPoolExecutor
-from concurrent.futures import TimeoutError as FutureTimeout
 from typing import Optional
 
 import numpy as np
@@ -26,6 +31,7 @@ import rclpy
 from rclpy.action import CancelResponse, GoalResponse
 from rclpy.callback_groups import ReentrantCallbackGroup
 from rclpy.exceptions import InvalidNamespaceException
+from rclpy.executors import ExternalShutdownException, SingleThreadedExecutor
 from rclpy.node import Node
 from rclpy.validate_namespace import validate_namespace
 from sensor_msgs.msg import Image
@@ -51,8 +57,33 @@ from .observation import (
     from_msg,
     state_from_robot_state,
 )
-from .policy import BackendError, PolicyBackend, PolicyObservation
+from .policy import (
+    BackendError,
+    InferenceWorker,
+    PolicyBackend,
+    PolicyObservation,
+    SessionsFull,
+    SessionTable,
+)
 
+# The executor runs every predict goal on a thread of its own for the goal's whole life
+# (a stream waits for observations and inference there), so it gets this many threads for
+# goals plus a reserve that keeps services and cancels answered however many goals run;
+# ``max_goals`` may not exceed it. Observations arrive on a thread of their own
+# (ObservationHub).
+MAX_GOALS = 64
+RESERVE_THREADS = 4
+# A robot's observation subscriptions outlive their last goal by this long, so a client
+# asking again soon finds them connected, with no discovery wait.
+SOURCE_LINGER_S = 30.0
+# How long a goal waits for the ROS graph to show a robot_state publisher before it
+# concludes that no robot runs in the namespace it named.
+DISCOVERY_S = 3.0
+HOUSEKEEPING_S = 5.0
+# How long a finished goal (its request, images included, and its result) is kept for its
+# client to fetch. rclpy's default, 15 min, held ~100 kB per goal with two 128x128 images:
+# hundreds of MB at a few goals a second. Our clients ask for the result on acceptance.
+RESULT_KEEP_S = 30.0
 
 
 def _ns(namespace: str, name: str) -> str:
@@ -60,22 +91,84 @@ def _ns(namespace: str, name: str) -> str:
     return f"/{namespace}/{name}" if namespace else name
 
 
-class LatestObservation:
-    """The newest robot_state and camera frames of one robot, as a PolicyObservation."""
+class ObservationHub:
+    """The robots' observation subscriptions, on a companion node (``<name>_observations``)
+    spun by one thread of its own.
 
-    def __init__(self, node: Node, namespace: str, cameras, group):
+    rclpy's executor crashes when a subscription is destroyed while another thread builds
+    its wait set (the subscription's QoS event handler raises InvalidHandle there), and
+    goals release subscriptions from their own threads. Here one thread both waits and
+    destroys: goals queue the subscriptions to drop and wake it. Goals, however many wait
+    or infer, also never hold up the delivery of observations.
+    """
+
+    def __init__(self, owner: Node):
+        self.node = rclpy.create_node(f"{owner.get_name()}_observations",
+                                      namespace=owner.get_namespace(), context=owner.context)
+        self._executor = SingleThreadedExecutor(context=owner.context)
+        self._executor.add_node(self.node)
+        self._lock = threading.Lock()
+        self._doomed: list = []
+        self._wake = self.node.create_guard_condition(self._drop_doomed)
+        self._thread = threading.Thread(target=self._spin, name="observations", daemon=True)
+        self._thread.start()
+
+    def _spin(self) -> None:
+        try:
+            self._executor.spin()
+        except ExternalShutdownException:
+            pass
+
+    def subscribe(self, topics) -> list:
+        """[(type, topic, callback, qos)] -> their subscriptions."""
+        subs = [self.node.create_subscription(t, name, cb, qos) for t, name, cb, qos in topics]
+        self._wake.trigger()  # waiting on the old wait set, the thread would not see them
+        return subs
+
+    def unsubscribe(self, subs) -> None:
+        with self._lock:
+            self._doomed.extend(subs)
+        self._wake.trigger()
+
+    def _drop_doomed(self) -> None:
+        with self._lock:
+            doomed, self._doomed = self._doomed, []
+        for sub in doomed:
+            self.node.destroy_subscription(sub)
+
+    def close(self) -> None:
+        self._executor.shutdown(timeout_sec=2.0)
+        self._thread.join(2.0)
+        self.node.destroy_node()
+
+
+class LatestObservation:
+    """The newest robot_state and camera frames of one robot, as a PolicyObservation.
+
+    ``users`` counts the goals reading it; the node destroys its subscriptions when none
+    does (at once when the robot never published, else after SOURCE_LINGER_S).
+    """
+
+    def __init__(self, node: Node, hub: "ObservationHub", namespace: str, cameras,
+                 max_age: float):
+        self._node, self._hub = node, hub
         self._lock = threading.Condition()
         self._state: Optional[RobotState] = None
         self._images: dict = {}
         self._closed = False
-        self._subs = [node.create_subscription(
-            RobotState, _ns(namespace, "robot_state"), self._on_state, STATE_QOS,
-            callback_group=group)]
-        for cam in cameras:
-            self._subs.append(node.create_subscription(
-                Image, _ns(namespace, f"camera/{cam}/image_raw"),
-                lambda msg, cam=cam: self._on_image(cam, msg), IMAGE_QOS, callback_group=group))
+        self._max_age_ns = int(max_age * 1e9)
+        self.state_topic = _ns(namespace, "robot_state")
+        topics = [(RobotState, self.state_topic, self._on_state, STATE_QOS)] + [
+            (Image, _ns(namespace, f"camera/{cam}/image_raw"),
+             lambda msg, cam=cam: self._on_image(cam, msg), IMAGE_QOS) for cam in cameras]
+        self._subs = hub.subscribe(topics)
         self.namespace = namespace
+        self.users = 0
+        self.idle_since = time.monotonic()
+
+    @property
+    def heard(self) -> bool:
+        return self._state is not None
 
     def _on_state(self, msg):
         with self._lock:
@@ -83,42 +176,72 @@ class LatestObservation:
             self._lock.notify_all()
 
     def close(self) -> None:
-        """Wake every waiter: no observation will come any more."""
+        """Wake every waiter (no observation will come any more) and unsubscribe."""
         with self._lock:
             self._closed = True
             self._lock.notify_all()
+        self._hub.unsubscribe(self._subs)
+        self._subs = []
 
     def _on_image(self, cam, msg):
         with self._lock:
             self._images[cam] = msg
 
-    def wait_newer(self, after_ns: int, cameras, state_names, timeout: float) -> PolicyObservation:
-        """Block until a robot_state newer than ``after_ns`` (and every camera) has arrived."""
-        deadline = time.monotonic() + timeout
+    def _age_ns(self, state) -> int:
+        return self._node.get_clock().now().nanoseconds - _stamp_ns(state.header.stamp)
+
+    def wait_newer(self, after_ns: int, cameras, state_names, timeout: float,
+                   cancel: threading.Event) -> Optional[PolicyObservation]:
+        """Block until a robot_state newer than ``after_ns`` and younger than the node's
+        ``max_observation_age`` (and every camera) has arrived; None once ``cancel`` is set
+        (a goal waiting on a silent robot must still end when its client cancels it)."""
+        started = time.monotonic()
+        deadline = started + timeout
+        where = self.namespace or "the node's namespace"
 
         def ready():
             s = self._state
             return s is not None and _stamp_ns(s.header.stamp) > after_ns and \
-                all(c in self._images for c in cameras)
+                self._age_ns(s) <= self._max_age_ns and all(c in self._images for c in cameras)
 
         with self._lock:
             while not ready():
                 if self._closed:
                     raise ObservationError("the model node is shutting down")
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    where = self.namespace or "the node's namespace"
+                if cancel.is_set():
+                    return None
+                now = time.monotonic()
+                if self._state is None and now - started >= min(DISCOVERY_S, timeout) and \
+                        self._node.count_publishers(self.state_topic) == 0:
                     raise ObservationError(
-                        f"no fresh robot_state{' and camera images' if cameras else ''} from "
-                        f"the robot in {where} within {timeout:g} s; is the robot node running "
-                        "(ros2 topic hz robot_state)?")
-                self._lock.wait(left)
+                        f"no robot publishes {self.state_topic}: is a robot node running in "
+                        f"{where}? Name the robot's namespace as in ros2 node list, or leave "
+                        "robot_namespace empty for the model node's own robot")
+                left = deadline - now
+                if left <= 0:
+                    raise ObservationError(self._why_not_ready(after_ns, cameras, timeout, where))
+                self._lock.wait(min(left, 0.5))
             state, images = self._state, dict(self._images)
         return PolicyObservation(
             images={c: to_rgb(image_to_numpy(images[c]), images[c].encoding) for c in cameras},
             state=state_from_robot_state(state, state_names),
             state_names=list(state_names), stamp_ns=_stamp_ns(state.header.stamp),
             robot=self.namespace)
+
+    def _why_not_ready(self, after_ns, cameras, timeout, where) -> str:
+        state = self._state
+        if state is not None and _stamp_ns(state.header.stamp) > after_ns and \
+                self._age_ns(state) > self._max_age_ns:
+            return (f"the newest robot_state from the robot in {where} is "
+                    f"{self._age_ns(state) / 1e9:.1f} s old, older than max_observation_age "
+                    f"({self._max_age_ns / 1e9:g} s), and no fresher one came within "
+                    f"{timeout:g} s: the robot is disconnected or stalled, or its clock is "
+                    "not this node's; check ros2 topic hz robot_state in its namespace")
+        missing = [c for c in cameras if c not in self._images]
+        return (f"no fresh robot_state{' and camera images' if cameras else ''} from "
+                f"the robot in {where} within {timeout:g} s"
+                f"{' (no image yet from ' + ', '.join(missing) + ')' if missing else ''}; "
+                "is the robot node running (ros2 topic hz robot_state)?")
 
 
 def _stamp_ns(stamp) -> int:
@@ -139,22 +262,37 @@ class ActionModelNode(Node):
         self.robot_wait = d("robot_wait_timeout", 60.0,
                             "s to wait at start-up for the robot's get_robot_info",
                             params.positive)
+        self.max_goals = d("max_goals", 32, f"predict goals served at once (at most "
+                           f"{MAX_GOALS}); more are refused with the reason",
+                           lambda v: None if 1 <= v <= MAX_GOALS else f"must be 1..{MAX_GOALS}")
+        self.max_observation_age = d(
+            "max_observation_age", 2.0, "s: robot_state older than this is not predicted "
+            "from (a disconnected or stalled robot)", params.positive)
+        self._sessions = SessionTable(
+            d("max_sessions", 64, "policy sessions held at once; beyond it the least "
+              "recently used idle one is forgotten", params.positive),
+            d("session_ttl", 600.0, "s after which an unused policy session is forgotten",
+              params.positive))
         self._client_group = ReentrantCallbackGroup()
         self.backend: PolicyBackend = backend or self._make_backend(d)
         meta = self.backend.meta
         self.meta = meta
-        self._model = ThreadPoolExecutor(max_workers=1, thread_name_prefix="model")
+        self._model = InferenceWorker(meta.backend)
         self._latest: dict[str, LatestObservation] = {}
         self._latest_lock = threading.Lock()
         self._cancel: dict[bytes, threading.Event] = {}
+        self._goals = 0
+        self._goals_lock = threading.Lock()
+        self._hub = ObservationHub(self)
 
         group = ReentrantCallbackGroup()
         self._server = action_server(
             self, Predict, "~/predict", execute_callback=self._predict,
             goal_callback=lambda _g: GoalResponse.ACCEPT, cancel_callback=self._on_cancel,
-            callback_group=group)
+            callback_group=group, result_timeout=RESULT_KEEP_S)
         service(self, GetModelMeta, "~/get_model_meta", self._get_meta, callback_group=group)
         service(self, ResetPolicy, "~/reset", self._reset, callback_group=group)
+        self.create_timer(HOUSEKEEPING_S, self._housekeeping, callback_group=group)
         self.get_logger().info(
             f"{meta.backend} model ready: {meta.checkpoint} ({meta.checkpoint_id}), "
             f"{meta.chunk_size} x {meta.action_space.dim} in '{meta.action_space.name}', "
@@ -207,20 +345,55 @@ class ActionModelNode(Node):
             "privileged:=false? then choose another am_backend)", namespace)
         return {n: pose_from_msg(p.pose) for n, p in zip(response.names, response.poses)}
 
-    # --- observations --------------------------------------------------------------------
-    def _observation_source(self, namespace: str) -> LatestObservation:
-        try:
-            validate_namespace("/" + namespace.strip("/"))
-        except InvalidNamespaceException as err:
-            raise ObservationError(
-                f"robot_namespace '{namespace}' is not a ROS namespace "
-                f"({str(err).splitlines()[0].rstrip(':')}); give the "
-                "robot's namespace as in ros2 node list, or leave it empty") from None
+    # --- observations ---------------------------------------------------------------------
+    def _acquire_source(self, namespace: str) -> LatestObservation:
         with self._latest_lock:
-            if namespace not in self._latest:
-                self._latest[namespace] = LatestObservation(
-                    self, namespace, self.meta.required_cameras, ReentrantCallbackGroup())
-            return self._latest[namespace]
+            source = self._latest.get(namespace)
+            if source is None:
+                source = self._latest[namespace] = LatestObservation(
+                    self, self._hub, namespace, self.meta.required_cameras,
+                    self.max_observation_age)
+            source.users += 1
+            return source
+
+    def _release_source(self, source: LatestObservation) -> None:
+        # A namespace no robot ever published in goes at once: goals naming a hundred
+        # wrong namespaces must not leave a hundred subscriptions behind.
+        with self._latest_lock:
+            source.users -= 1
+            source.idle_since = time.monotonic()
+            if source.users > 0 or source.heard or \
+                    self._latest.get(source.namespace) is not source:  # closed with the node
+                return
+            del self._latest[source.namespace]
+        source.close()
+
+    def _housekeeping(self) -> None:
+        with self._latest_lock:
+            cutoff = time.monotonic() - SOURCE_LINGER_S
+            idle = [src for src in self._latest.values()
+                    if src.users == 0 and src.idle_since < cutoff]
+            for src in idle:
+                del self._latest[src.namespace]
+        for src in idle:
+            src.close()
+        self._forget(self._sessions.expired(), "unused for session_ttl")
+
+    # --- sessions ------------------------------------------------------------------------
+    @staticmethod
+    def _session(goal, robot: str) -> str:
+        # One shared session per robot for clients that give no id: a fresh one per goal
+        # would pile up (a LeRobot session is a policy copy) and forget the policy's state
+        # between a client's consecutive predicts anyway.
+        return goal.client_id or f"default@/{robot.strip('/')}"
+
+    def _forget(self, sessions, why: str) -> None:
+        for session in sessions:
+            try:
+                self.backend.reset(session)
+            except Exception as err:  # the session is gone from the table either way
+                self.get_logger().warning(f"could not free policy session '{session}' "
+                                          f"({why}): {err}")
 
     # --- predict -------------------------------------------------------------------------
     def _on_cancel(self, goal_handle) -> CancelResponse:
@@ -236,13 +409,7 @@ class ActionModelNode(Node):
             actions = self.backend.predict(obs, instruction, session)
             return actions, (time.perf_counter() - started) * 1e3
 
-        future = self._model.submit(run)
-        try:
-            actions, ms = future.result(timeout=timeout)
-        except FutureTimeout:
-            raise BackendError(
-                f"the {self.meta.backend} backend did not answer within {timeout:g} s; "
-                "raise the goal's timeout or check the model server") from None
+        actions, ms = self._model.call(run, timeout)
         actions = check_chunk_shape(actions, self.meta)
         try:
             check_chunk(actions, self.meta.action_space.name, [self.meta.action_space],
@@ -252,15 +419,32 @@ class ActionModelNode(Node):
         return actions, ms
 
     def _predict(self, goal_handle):
+        with self._goals_lock:
+            full = self._goals >= self.max_goals
+            if not full:
+                self._goals += 1
+        if full:
+            return self._fail(
+                goal_handle, Predict.Result(),
+                f"the model node is already serving {self.max_goals} predict goals (its "
+                "max_goals parameter); cancel streams you no longer need or try again when "
+                "one ends", [], None)
+        try:
+            return self._serve(goal_handle)
+        finally:
+            with self._goals_lock:
+                self._goals -= 1
+
+    def _serve(self, goal_handle):
         goal, result = goal_handle.request, Predict.Result()
         uid = bytes(goal_handle.goal_id.uuid)
         cancel = self._cancel.setdefault(uid, threading.Event())
-        session = goal.client_id or uuid.UUID(bytes=uid).hex
         robot = goal.robot_namespace or self.robot_namespace
         timeout = goal.timeout or self.meta.default_timeout
         given = len(goal.observation.images) > 0 or len(goal.observation.state) > 0
         stream = goal.mode == Predict.Goal.MODE_STREAM
         inference, last_obs_ns, chunk_msg = [], -1, None
+        source, session = None, None
         try:
             if goal.mode not in (Predict.Goal.MODE_SINGLE, Predict.Goal.MODE_STREAM):
                 raise ObservationError(f"unknown mode {goal.mode}; use MODE_SINGLE or MODE_STREAM")
@@ -271,14 +455,23 @@ class ActionModelNode(Node):
                 check_timeout(goal.timeout)
             except GoalRejected as err:
                 raise ObservationError(str(err)) from None
-            source = None if given else self._observation_source(robot)
+            _check_namespace(robot)
+            try:
+                evicted = self._sessions.acquire(self._session(goal, robot))
+            except SessionsFull as err:
+                raise ObservationError(str(err)) from None
+            session = self._session(goal, robot)
+            self._forget(evicted, "least recently used beyond max_sessions")
+            source = None if given else self._acquire_source(robot)
             while not cancel.is_set() and rclpy.ok():
                 if given:
                     obs = from_msg(goal.observation)
                     obs.robot = robot
                 else:
                     obs = source.wait_newer(last_obs_ns, self.meta.required_cameras,
-                                            self.meta.state_names, timeout)
+                                            self.meta.state_names, timeout, cancel)
+                    if obs is None:
+                        break
                 obs = check_observation(obs, self.meta)
                 last_obs_ns = obs.stamp_ns
                 actions, ms = self._infer(obs, goal.instruction, session, timeout)
@@ -296,6 +489,10 @@ class ActionModelNode(Node):
             return self._fail(goal_handle, result, f"backend error: {err}", inference, chunk_msg)
         finally:
             self._cancel.pop(uid, None)
+            if source is not None:
+                self._release_source(source)
+            if session is not None:
+                self._sessions.release(session)
         self._fill(result, inference, chunk_msg)
         if cancel.is_set() and goal_handle.is_cancel_requested:
             result.message = f"canceled after {len(inference)} chunk(s)"
@@ -346,6 +543,7 @@ class ActionModelNode(Node):
         return response
 
     def _reset(self, request, response):
+        held = self._sessions.drop(request.client_id or None)
         try:
             self.backend.reset(request.client_id or None)
         except Exception as err:
@@ -353,7 +551,8 @@ class ActionModelNode(Node):
             return response
         response.success = True
         response.message = (f"cleared the policy state of '{request.client_id}'"
-                            if request.client_id else "cleared every client's policy state")
+                            if request.client_id else
+                            f"cleared every client's policy state ({held} session(s))")
         return response
 
     def close(self):
@@ -362,15 +561,28 @@ class ActionModelNode(Node):
         for cancel in list(self._cancel.values()):
             cancel.set()
         with self._latest_lock:
-            for source in self._latest.values():
-                source.close()
-        self._model.shutdown(wait=False, cancel_futures=True)
+            sources, self._latest = list(self._latest.values()), {}
+        for source in sources:
+            source.close()
+        self._hub.close()
+        self._model.close()
         self.backend.close()
+
+
+def _check_namespace(namespace: str) -> None:
+    try:
+        validate_namespace("/" + namespace.strip("/"))
+    except InvalidNamespaceException as err:
+        raise ObservationError(
+            f"robot_namespace '{namespace}' is not a ROS namespace "
+            f"({str(err).splitlines()[0].rstrip(':')}); give the "
+            "robot's namespace as in ros2 node list, or leave it empty") from None
 
 
 def main(args=None, backend: Optional[PolicyBackend] = None):
     raise SystemExit(run_node(lambda: ActionModelNode(backend), name="action_model", args=args,
-                              num_threads=6, close=ActionModelNode.close,
+                              num_threads=MAX_GOALS + RESERVE_THREADS,
+                              close=ActionModelNode.close,
                               startup_errors=(ValueError, BackendError)))
 
 

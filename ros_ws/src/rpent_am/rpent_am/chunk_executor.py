@@ -9,13 +9,22 @@ over (the newest waiting chunk wins), so a fast model does not churn goals every
 Switching sends the remainder as a new execute_chunk goal, which the robot node starts
 right after the step in flight: no gap while a chunk is still queued. A chunk conditioned
 on an observation older than ``max_staleness`` is never executed.
+
+A model that dies or hangs mid-stream is noticed by its silence: no chunk for half of
+``model_timeout`` sends it a get_model_meta probe, and no answer within the other half ends
+the run with an "error" naming the model, after the robot finished the chunk it held or
+at once (``on_model_loss``). DDS takes many seconds to report a killed node gone from the
+graph, far longer than the chunk the robot holds lasts.
 """
 from __future__ import annotations
 
 import threading
 import time
+import uuid
 from dataclasses import dataclass, field
+
 import numpy as np
+from action_msgs.msg import GoalStatus
 
 from rpent_contract.control_space import array_to_chunk
 from rpent_interfaces.action import ExecuteChunk
@@ -52,15 +61,32 @@ class ExecutionReport:
         return np.array([(t[i] - t[i - 1]) / 1e9 for i in self.boundaries if 0 < i < len(t)])
 
 
+# What a run does when its model dies or hangs mid-stream: let the robot finish the chunk it
+# already holds (a smooth stop at a chunk's end), or stop it at once.
+ON_MODEL_LOSS = ("finish_chunk", "stop")
+
+
 class ChunkExecutor:
     """Runs a predict stream and feeds its chunks to the robot's execute_chunk."""
 
     def __init__(self, robot, model: ActionModelClient, *, replan_after: int = 5,
-                 max_staleness: float = 1.0, robot_namespace: str = ""):
-        """``robot_namespace`` tells a shared model node whose observations to use."""
+                 max_staleness: float = 1.0, robot_namespace: str = "",
+                 model_timeout: float = 1.0, on_model_loss: str = "finish_chunk"):
+        """``robot_namespace`` tells a shared model node whose observations to use.
+
+        ``model_timeout``: s the model may stay silent (no chunk, no answer to a liveness
+        probe sent halfway) before the run ends with an "error" naming it; a model whose
+        inference is slow still answers the probe. ``on_model_loss``: one of ON_MODEL_LOSS.
+        """
+        if on_model_loss not in ON_MODEL_LOSS:
+            raise ValueError(f"on_model_loss '{on_model_loss}' is not one of "
+                             f"{', '.join(ON_MODEL_LOSS)}")
+        if not model_timeout > 0:
+            raise ValueError(f"model_timeout must be > 0 s, got {model_timeout}")
         self.robot, self.model = robot, model
         self.robot_namespace = robot_namespace
         self.replan_after, self.max_staleness_ns = replan_after, int(max_staleness * 1e9)
+        self.model_timeout, self.on_model_loss = model_timeout, on_model_loss
         self._cancel = threading.Event()
 
     def cancel(self) -> None:
@@ -72,49 +98,98 @@ class ChunkExecutor:
         """Stream ``instruction`` to the robot until success, a budget (``max_steps``,
         ``max_chunks``), the end of the stream or cancel. ``timeout`` is the time the run may
         go without a step executed: a hung model or robot ends it, a slow machine does not
-        (a wall-clock budget would make the outcome depend on the machine's speed)."""
+        (a wall-clock budget would make the outcome depend on the machine's speed).
+
+        Without a ``client_id`` the run gets a policy session of its own, freed when it ends:
+        each run starts the policy afresh, as a new episode segment should."""
         self._cancel.clear()
+        own_session = not client_id
+        if own_session:
+            client_id = f"chunk-executor-{uuid.uuid4().hex[:12]}"
         report = ExecutionReport("error", "")
         wake = threading.Condition()
         newest: list = []  # at most one chunk waiting: the newest
         stamps: list = []
-        state = {"running": None, "since_switch": 0, "stream_done": False, "success": False,
-                 "progress_at": time.monotonic(), "refused": 0}
+        state = {"running": None, "since_switch": 0, "stream_done": False, "stream_end": None,
+                 "success": False, "progress_at": time.monotonic(), "refused": 0,
+                 "heard_at": time.monotonic(), "probe": None, "model_lost": None}
 
         def on_chunk(chunk):
             with wake:
                 report.chunks_received += 1
+                state["heard_at"] = time.monotonic()
                 newest[:] = [chunk]
                 wake.notify_all()
 
         stream = self.model.stream(instruction, on_chunk, client_id=client_id,
                                    robot_namespace=self.robot_namespace)
-        stream_result = stream.handle.get_result_async()
-        stream_result.add_done_callback(lambda _f: self._notify_done(wake, state))
+        with wake:
+            state["heard_at"] = time.monotonic()
+        stream.result_future.add_done_callback(lambda f: self._notify_done(wake, state, f))
         try:
             report.outcome, report.message = self._loop(
                 wake, newest, stamps, state, report, stop_on_success, max_steps, max_chunks,
                 timeout)
         finally:
-            if not stream_result.done():
-                stream.cancel()
+            lost = state["model_lost"] is not None
+            if not stream.result_future.done():
+                if lost:  # nobody would answer the cancel
+                    stream.handle.cancel_goal_async()
+                else:
+                    stream.cancel()
+            if state["probe"] is not None:
+                self.model.forget_probe(state["probe"][0])
             running = state["running"]
             if running is not None and not running.result_future.done():
                 running.run.cancel()
+            if own_session and not lost:
+                self.model.release(client_id)
         report.steps_executed = len(stamps)
         report.step_stamps_ns = list(stamps)
         report.task_success = state["success"]
         return report
 
     @staticmethod
-    def _notify_done(wake, state):
+    def _notify_done(wake, state, future):
+        response = future.result()
         with wake:
             state["stream_done"] = True
+            state["stream_end"] = (response.status, response.result.message)
             wake.notify_all()
+
+    def _watch_model(self, state) -> bool:
+        """Under ``wake``: whether a liveness probe should be sent now. Marks the model lost
+        when a probe went unanswered for half of ``model_timeout``."""
+        if state["stream_done"]:
+            return False  # the model answered the stream itself
+        now = time.monotonic()
+        probe = state["probe"]
+        if probe is None:
+            return now - state["heard_at"] > self.model_timeout / 2
+        if now - probe[1] > self.model_timeout / 2:
+            state["model_lost"] = (
+                f"the action model {self.model.name} went silent: no chunk for "
+                f"{now - state['heard_at']:.1f} s and no answer to get_model_meta within "
+                f"{now - probe[1]:.1f} s; its node died or hangs (ros2 node list, and its log)")
+        return False
+
+    def _send_probe(self, wake, state) -> None:
+        future = self.model.probe()
+        with wake:
+            state["probe"] = (future, time.monotonic())
+
+        def answered(_f):
+            with wake:
+                if state["probe"] is not None and state["probe"][0] is future:
+                    state["probe"] = None
+                    state["heard_at"] = time.monotonic()
+                wake.notify_all()
+        future.add_done_callback(answered)
 
     def _loop(self, wake, newest, stamps, state, report, stop_on_success, max_steps, max_chunks,
               idle_timeout):
         while True:
+            probe = False
             with wake:
                 while True:
                     running = state["running"]
@@ -131,21 +206,38 @@ class ChunkExecutor:
                         return "task_success", f"task succeeded after {len(stamps)} steps"
                     if len(stamps) >= max_steps:
                         return "max_steps", f"step budget of {max_steps} used"
+                    if state["model_lost"] is None and self._watch_model(state):
+                        probe = True
+                        break
+                    lost = state["model_lost"]
+                    if lost is not None and (idle or self.on_model_loss == "stop"):
+                        how = ("the robot was stopped" if not idle else
+                               "the robot finished the chunk it held" if running is not None
+                               else "nothing had run")
+                        return "error", f"{lost}; {how} after {len(stamps)} steps"
                     # The budget counts chunks executed: a fast model predicts many more.
                     spent = bool(max_chunks) and report.chunks_executed >= max_chunks
-                    if newest and not spent and \
+                    if newest and not spent and lost is None and \
                             (idle or state["since_switch"] >= self.replan_after):
                         chunk = newest.pop()
                         break
                     if idle and (spent or (state["stream_done"] and not newest)):
+                        status, message = state["stream_end"] or (None, "")
+                        if not spent and status == GoalStatus.STATUS_ABORTED:
+                            return "error", (f"the action model {self.model.name} ended the "
+                                             f"stream: {message}")
                         return "chunks_done", (f"executed {report.chunks_executed} chunks of "
                                                f"{report.chunks_received} received")
                     left = state["progress_at"] + idle_timeout - time.monotonic()
                     if left <= 0:
                         return "timeout", (f"no step executed for {idle_timeout:g} s "
                                            f"({len(stamps)} steps in all)")
-                    wake.wait(min(left, 0.5))
+                    # Short waits: the model's silence is measured, not signalled.
+                    wake.wait(min(left, self.model_timeout / 10))
                 steps_so_far = list(stamps)
+            if probe:
+                self._send_probe(wake, state)
+                continue
             try:
                 actions = self.model.validate(chunk)
             except ChunkRejected:

@@ -48,7 +48,8 @@ class ActionModelClient:
 
     def __init__(self, node, model: str = "/action_model"):
         """``model``: the action-model node's full name (its endpoints live under it)."""
-        prefix = "/" + model.strip("/") + "/"
+        self.name = "/" + model.strip("/")
+        prefix = self.name + "/"
         self.node = node
         self._predict = ActionClient(node, Predict, prefix + "predict")
         self._meta = node.create_client(GetModelMeta, prefix + "get_model_meta")
@@ -75,6 +76,21 @@ class ActionModelClient:
     def reset(self, client_id: str = "", timeout: float = 10.0) -> ResetPolicy.Response:
         return self._call(self._reset, ResetPolicy.Request(client_id=client_id), timeout,
                           "reset")
+
+    def release(self, client_id: str) -> None:
+        """Ask the node to forget ``client_id``'s session, without waiting: the node may be
+        gone (a caller cleaning up after it died must not hang on it)."""
+        if not client_id:
+            raise ValueError("release() needs a client_id; reset('') forgets every client's")
+        self._reset.call_async(ResetPolicy.Request(client_id=client_id))
+
+    def probe(self):
+        """Ask for the metadata once, without waiting: the future's answer says the node
+        still serves (its services answer while its inference runs)."""
+        return self._meta.call_async(GetModelMeta.Request())
+
+    def forget_probe(self, future) -> None:
+        self._meta.remove_pending_request(future)
 
     def validate(self, chunk) -> np.ndarray:
         """The chunk as a (horizon, dim) array, or ChunkRejected; needs :meth:`connect`."""

@@ -32,6 +32,7 @@ from rpent_interfaces.action import (
     RequestOperatorVerdict,
     RequestSceneReset,
 )
+from rpent_interfaces.action import ResetEpisode as ResetEpisodeAction
 from rpent_interfaces.srv import GetObjectPoses, GetRobotInfo, ResetEpisode, Segment
 
 from .control_space import array_to_chunk
@@ -205,6 +206,27 @@ class GoalRun:
         return wait_future(self.handle.cancel_goal_async(), timeout, f"{self._what} cancel")
 
 
+def next_message(node, msg_type, topic: str, qos, timeout: float):
+    """The next message on ``topic`` (on a latched topic: the one it holds), seen through
+    ``node``, which something must be spinning."""
+    got = threading.Event()
+    box = []
+
+    def on_msg(msg):
+        if not box:
+            box.append(msg)
+            got.set()
+
+    sub = node.create_subscription(msg_type, topic, on_msg, qos)
+    try:
+        if not got.wait(timeout):
+            raise ContractTimeout(f"no message on '{topic}' within {timeout:g} s; is its "
+                                  "publisher running in this ROS domain and namespace?")
+        return box[0]
+    finally:
+        node.destroy_subscription(sub)
+
+
 class RobotClient:
     """Blocking client of one robot (optionally namespaced); spins its own node.
 
@@ -228,6 +250,7 @@ class RobotClient:
             "gripper_command": ActionClient(n, GripperCommand, "gripper_command"),
             VERDICT_ACTION: ActionClient(n, RequestOperatorVerdict, VERDICT_ACTION),
             SCENE_RESET_ACTION: ActionClient(n, RequestSceneReset, SCENE_RESET_ACTION),
+            "reset_episode": ActionClient(n, ResetEpisodeAction, "reset_episode"),
         }
         self._reset = n.create_client(ResetEpisode, "reset")
         self._info = n.create_client(GetRobotInfo, "get_robot_info")

@@ -64,6 +64,10 @@ class RobotSnapshot:
     errors: Sequence[str] = ()
     images: dict = field(default_factory=dict)  # camera name -> CameraImage
     task: TaskInfo = field(default_factory=TaskInfo)
+    # ROS time (ns) the state was measured; None = now (a simulator paused between steps).
+    # A driver that keeps its last state while the robot is unreachable keeps this stamp, so
+    # the node can tell a repeated measurement from a new one.
+    stamp_ns: Optional[int] = None
 
 
 @dataclass
@@ -81,21 +85,48 @@ class RobotDescription:
 
 
 class Motion:
-    """What a running motion needs from the node: whether to stop, and where to report."""
+    """What a running motion needs from the node: whether to stop, and where to report.
 
-    def __init__(self, feedback: Callable[[RobotSnapshot, int], None] = lambda s, i: None):
+    A stopped motion either halts the arm (``stop``: cancel, the stop service, another kind
+    of goal) or hands it over (``hand_over``: a new chunk continues the stream), in which
+    case the driver stops commanding but leaves the arm moving for the successor to take
+    over without a stop in between. A ``stop`` after a hand-over still halts.
+    """
+
+    def __init__(self, feedback: Callable[[RobotSnapshot, int], None] = lambda s, i: None,
+                 continuous: bool = False):
         self._stop = threading.Event()
         self.reason = ""
         self._feedback = feedback
+        self.continuous = continuous  # a stream segment that a successor may take over
+        self._handed_over = False
+        self._lock = threading.Lock()
 
     def stop(self, reason: str) -> None:
-        if not self._stop.is_set():
-            self.reason = reason
-            self._stop.set()
+        with self._lock:
+            self._handed_over = False
+            if not self._stop.is_set():
+                self.reason = reason
+                self._stop.set()
+
+    def hand_over(self, reason: str) -> None:
+        with self._lock:
+            if not self._stop.is_set():
+                self.reason, self._handed_over = reason, True
+                self._stop.set()
 
     @property
     def stopped(self) -> bool:
         return self._stop.is_set()
+
+    @property
+    def handed_over(self) -> bool:
+        """Stopped only to let the next chunk continue the motion: do not halt."""
+        return self._handed_over
+
+    def wait(self, timeout: float) -> bool:
+        """Sleep up to ``timeout`` s; wake at once when the motion is stopped."""
+        return self._stop.wait(timeout)
 
     def feedback(self, snapshot: RobotSnapshot, step: int) -> None:
         self._feedback(snapshot, step)
@@ -168,7 +199,11 @@ class RobotDriver(ABC):
         """Halt now and hold the current position."""
 
     @abstractmethod
-    def reset(self, request: ResetRequest) -> RobotSnapshot: ...
+    def reset(self, request: ResetRequest, motion: Motion) -> Optional[RobotSnapshot]:
+        """Start a new episode. An arm that moves to get there is a motion like any other:
+        it passes the safety layer and approval, reports ``motion.feedback`` and, once
+        ``motion`` is stopped, halts within a control period and returns None (no new
+        episode)."""
 
     def state_in_space(self, space_name: str) -> Optional[np.ndarray]:
         """Current state in an absolute control space's columns (anchors its step limits)."""

@@ -8,7 +8,9 @@ from .driver import Motion
 
 
 class MotionArbiter:
-    """Serialises motions. ``begin`` stops the running motion and waits for it to end.
+    """Serialises motions. ``begin`` stops the running motion and waits for it to end;
+    a chunk that follows a chunk takes over from it instead (``Motion.hand_over``), so a
+    stream of chunks moves the arm without stopping at their boundaries.
 
     Every request takes a ticket; a motion that was waiting while a newer request (goal
     or stop) arrived does not start at all, so the robot always ends up doing the latest
@@ -26,7 +28,11 @@ class MotionArbiter:
             self._ticket += 1
             ticket = self._ticket
             if self._active is not None:
-                self._active.stop(f"preempted by a new {label} request")
+                if self._active.continuous and motion.continuous:
+                    self._active.hand_over(f"preempted by a new {label} request, which "
+                                           "continues the motion")
+                else:
+                    self._active.stop(f"preempted by a new {label} request")
         self._run.acquire()
         with self._guard:
             if ticket != self._ticket:

@@ -21,6 +21,12 @@ TF_QOS = QoSProfile(
     history=HistoryPolicy.KEEP_LAST, depth=100,
     reliability=ReliabilityPolicy.RELIABLE, durability=DurabilityPolicy.VOLATILE,
 )
+# /tf_static as tf2's static listeners subscribe: latched, so a late subscriber still gets
+# the fixed frames published once at start-up.
+TF_STATIC_QOS = QoSProfile(
+    history=HistoryPolicy.KEEP_LAST, depth=100,
+    reliability=ReliabilityPolicy.RELIABLE, durability=DurabilityPolicy.TRANSIENT_LOCAL,
+)
 # Service and action requests: DDS keeps only the newest `depth` requests a server has not
 # taken yet and drops older ones without an answer, so a burst (fifty stop calls, a stream
 # of goals, a cancel among many) must fit. Responses use it too.

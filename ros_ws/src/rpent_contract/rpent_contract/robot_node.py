@@ -22,7 +22,7 @@ from rclpy.action import CancelResponse, GoalResponse
 from rclpy.callback_groups import MutuallyExclusiveCallbackGroup, ReentrantCallbackGroup
 from rclpy.node import Node
 from sensor_msgs.msg import CameraInfo, Image, JointState
-from std_msgs.msg import Header
+from std_msgs.msg import Header, String
 from std_srvs.srv import Trigger
 from tf2_msgs.msg import TFMessage
 
@@ -33,6 +33,7 @@ from rpent_interfaces.action import (
     RequestOperatorVerdict,
     RequestSceneReset,
 )
+from rpent_interfaces.action import ResetEpisode as ResetEpisodeAction
 from rpent_interfaces.msg import OperatorRequest, OperatorRequests, RobotState, TaskStatus
 from rpent_interfaces.srv import (
     AnswerOperator,
@@ -44,6 +45,7 @@ from rpent_interfaces.srv import (
 
 from . import params
 from .control_space import chunk_to_array
+from .description import RobotModel
 from .driver import Motion, ResetRequest, RobotDriver, RobotSnapshot
 from .geometry import pose_from_msg, pose_to_msg
 from .images import numpy_to_image
@@ -75,6 +77,13 @@ def optical_frame(camera: str) -> str:
     return f"{camera}_optical_frame"
 
 
+def default_frame_prefix(namespace: str) -> str:
+    """'<namespace>/' for a namespaced node, '' otherwise (tf2 frame ids have no leading
+    slash)."""
+    namespace = namespace.strip("/")
+    return f"{namespace}/" if namespace else ""
+
+
 def camera_info(frame, header) -> CameraInfo:
     """Pinhole CameraInfo of an undistorted frame (a ``CameraImage``)."""
     info = CameraInfo()
@@ -92,11 +101,21 @@ class RobotContractNode(Node):
     """Base class of robot nodes; subclasses implement :meth:`create_driver`."""
 
     def __init__(self, node_name: str, *, default_workspace=((-1.0, -1.0, 0.0), (1.0, 1.0, 1.5)),
-                 **kwargs):
+                 default_frames=("base_link", "ee_link"), **kwargs):
         super().__init__(node_name, **kwargs)
         d = lambda *a, **k: params.declare(self, *a, **k)  # noqa: E731
-        self.base_frame = d("base_frame", "base_link", "Frame of ee_pose, workspace and goals")
-        self.ee_frame = d("ee_frame", "ee_link", "End-effector frame")
+        self.frame_prefix = d(
+            "frame_prefix", default_frame_prefix(self.get_namespace()),
+            "Prefix of every frame this robot publishes, so several robots share one tf tree; "
+            "default '<namespace>/' for a namespaced node, '' otherwise",
+            lambda v: "must not start with '/': tf2 frame ids have no leading slash"
+            if v.startswith("/") else None)
+        self._base_link = d("base_frame", default_frames[0],
+                            "Frame of ee_pose, workspace and goals (frame_prefix is added)")
+        self._ee_link = d("ee_frame", default_frames[1],
+                          "End-effector frame (frame_prefix is added)")
+        self.base_frame = self.frame_prefix + self._base_link
+        self.ee_frame = self.frame_prefix + self._ee_link
         lo = d("workspace_min", [float(v) for v in default_workspace[0]], "Workspace box lower corner (x, y, z) in m",
                params.vector(3))
         hi = d("workspace_max", [float(v) for v in default_workspace[1]], "Workspace box upper corner (x, y, z) in m",
@@ -117,10 +136,27 @@ class RobotContractNode(Node):
         self.publish_rate = d(
             "publish_rate", 0.0, "Rate of state and camera topics in Hz; 0 = the control rate",
             params.non_negative)
+        self.state_timeout = d(
+            "state_timeout", 0.5,
+            "A measurement older than this (a robot that stopped answering) makes robot_state "
+            "report an error, and pauses joint_states, ee_pose, tf and the cameras until a "
+            "new one arrives, s", params.positive)
+        self.model = self._load_model(d(
+            "robot_description_file", self.default_robot_description_file(),
+            "URDF published on robot_description; its links go on tf at the measured joint "
+            "positions. '' = none"))
+        # Cameras fixed to the robot or the room: name -> (frame it is mounted on, position,
+        # quaternion x, y, z, w of its optical frame there); create_driver fills it in.
+        self.camera_mounts: dict = {}
 
         self.driver: RobotDriver = self.create_driver()
         desc = self.driver.description
         self.description = desc
+        try:
+            self._check_frames(desc)
+        except params.ParameterError:
+            self.driver.close()
+            raise
         self.operator = d(
             "operator", "auto" if desc.simulated else "human",
             "Who answers operator requests: 'human' (rpent operator, the Foxglove layout's "
@@ -159,6 +195,15 @@ class RobotContractNode(Node):
             for name in desc.depth_camera_names
         }
         self._tf_pub = self.create_publisher(TFMessage, "/tf", TF_QOS)
+        self._published_ns: Optional[int] = None  # measurement last sent on /tf
+        self._stale = False
+        # Latched like tf2's static broadcaster and robot_state_publisher's description.
+        self._tf_static_pub = self.create_publisher(TFMessage, "/tf_static", LATCHED_QOS)
+        if self.model is not None:
+            self._description_pub = self.create_publisher(String, "robot_description",
+                                                          LATCHED_QOS)
+            self._description_pub.publish(String(data=self.model.urdf))
+        self._publish_static_frames()
         self._requests_pub = self.create_publisher(OperatorRequests, REQUESTS_TOPIC,
                                                    LATCHED_QOS)
         self._desk = OperatorDesk(self._publish_requests)
@@ -175,6 +220,7 @@ class RobotContractNode(Node):
             (ExecuteChunk, "execute_chunk", self._execute_chunk),
             (MoveTo, "move_to", self._move_to),
             (GripperCommand, "gripper_command", self._gripper_command),
+            (ResetEpisodeAction, "reset_episode", self._reset_goal),
             )
         ]
         # Waiting for a person takes minutes: a group of its own keeps motions and services
@@ -215,10 +261,84 @@ class RobotContractNode(Node):
         """Declare embodiment parameters and build the driver."""
         raise NotImplementedError
 
+    def default_robot_description_file(self) -> str:
+        """URDF of this embodiment that an installed package ships, '' if none."""
+        return ""
+
+    # --- robot model and frames ------------------------------------------------------------
+    def _load_model(self, path: str) -> Optional[RobotModel]:
+        if not path:
+            self.get_logger().info("robot_description_file is '': no robot_description, and "
+                                   "only the end effector and cameras on tf")
+            return None
+        try:
+            model = RobotModel.from_file(path)
+        except ValueError as err:
+            raise params.ParameterError(f"robot_description_file: {err}") from None
+        if self._base_link not in model.links:
+            raise params.ParameterError(
+                f"base_frame '{self._base_link}' is not a link of {path} (links: "
+                f"{', '.join(model.links)}): set base_frame to the model's base link, or "
+                "robot_description_file to '' to publish no model")
+        return model
+
+    def _check_frames(self, desc) -> None:
+        """The model and the camera mounts fit this robot, or say which parameter to fix."""
+        model = self.model
+        if model is not None:
+            missing = [j for j in desc.joint_names if j not in model.joint_names]
+            if missing:
+                raise params.ParameterError(
+                    f"robot_description_file {model.source} has no moving joint(s) "
+                    f"{', '.join(missing)}, which joint_states publishes: point it at this "
+                    "robot's URDF, or set it to '' to publish no model")
+        frames = {self._base_link, self._ee_link} | set(model.links if model else ())
+        for name, (mount, _, _) in self.camera_mounts.items():
+            if mount not in frames:
+                raise params.ParameterError(
+                    f"camera_extrinsics: camera '{name}' is mounted on '{mount}', which is not "
+                    f"a frame of this robot; use one of {', '.join(sorted(frames))}")
+
+    def _publish_static_frames(self) -> None:
+        """The model's fixed joints and the camera mounts, once on /tf_static."""
+        stamp = self.get_clock().now().to_msg()
+        p = self.frame_prefix
+        transforms = [
+            self._transform(stamp, p + t.parent, p + t.child, t.position, t.orientation)
+            for t in (self.model.fixed_transforms() if self.model else ())
+            # The end effector hangs off the base at its measured pose (a tool the model
+            # does not know moves it), so the model must not give it a second parent.
+            if t.child != self._ee_link]
+        transforms += [self._transform(stamp, p + mount, p + optical_frame(name), position,
+                                       orientation)
+                       for name, (mount, position, orientation) in self.camera_mounts.items()]
+        if transforms:
+            self._tf_static_pub.publish(TFMessage(transforms=transforms))
+
     # --- publishing ----------------------------------------------------------------------
     def _publish_state(self) -> None:
+        """Everything stamped with the time the state was measured. A measurement older than
+        state_timeout is not republished as if it were current: robot_state says so (keeping
+        that time) and the other topics wait for a new one."""
         snap = self.driver.snapshot()
-        stamp = self.get_clock().now().to_msg()
+        now_ns = self.get_clock().now().nanoseconds
+        measured_ns = now_ns if snap.stamp_ns is None else int(snap.stamp_ns)
+        stamp = _stamp_ns(measured_ns)
+        age = (now_ns - measured_ns) / 1e9
+        errors = list(snap.errors)
+        stale = age > self.state_timeout
+        if stale:
+            errors.append(
+                f"no new state from the robot for {age:.1f} s (state_timeout "
+                f"{self.state_timeout:g} s): joint_states, ee_pose, tf and camera images are "
+                "paused until it reports again, and robot_state keeps the time of its last "
+                "measurement - check the robot's connection")
+        if stale != self._stale:
+            self._stale = stale
+            if stale:
+                self.get_logger().error(errors[-1])
+            else:
+                self.get_logger().info("the robot reports its state again")
 
         js = JointState()
         js.header.stamp = stamp
@@ -226,33 +346,43 @@ class RobotContractNode(Node):
         js.position = [float(v) for v in snap.joint_positions]
         if snap.joint_velocities is not None:
             js.velocity = [float(v) for v in snap.joint_velocities]
-        self._joint_pub.publish(js)
-
         pose = PoseStamped()
         pose.header.stamp, pose.header.frame_id = stamp, self.base_frame
         pose_to_msg(snap.ee_position, snap.ee_orientation, pose.pose)
-        self._pose_pub.publish(pose)
+        if not stale:
+            self._joint_pub.publish(js)
+            self._pose_pub.publish(pose)
 
         state = RobotState()
         state.header = pose.header
-        state.mode = RobotState.MODE_ERROR if snap.errors else self._mode
+        state.mode = RobotState.MODE_ERROR if errors else self._mode
         state.ee_pose = pose.pose
         state.gripper_width = float(snap.gripper_width)
         state.joint_names, state.joint_positions = js.name, js.position
         state.joint_velocities = js.velocity
         state.active_goal = self._active_goal
-        state.errors = list(snap.errors)
+        state.errors = errors
         state.episode_step = int(snap.episode_step)
         self._state_pub.publish(state)
+        self._publish_task(snap)
+        if stale:
+            return
 
-        transforms = [self._transform(stamp, self.ee_frame, snap.ee_position,
+        transforms = [self._transform(stamp, self.base_frame, self.ee_frame, snap.ee_position,
                                       snap.ee_orientation)]
+        if self.model is not None:
+            positions = dict(zip(snap.joint_names, (float(v) for v in snap.joint_positions)))
+            p = self.frame_prefix
+            transforms += [
+                self._transform(stamp, p + t.parent, p + t.child, t.position, t.orientation)
+                for t in self.model.moving_transforms(positions) if t.child != self._ee_link]
         for name, frame in snap.images.items():
             pubs = self._image_pubs.get(name)
             if pubs is None:
                 continue
             img = numpy_to_image(frame.rgb, "rgb8")
-            img.header.stamp, img.header.frame_id = stamp, optical_frame(name)
+            img.header.stamp = stamp
+            img.header.frame_id = self.frame_prefix + optical_frame(name)
             pubs[0].publish(img)
             info = camera_info(frame, img.header)
             pubs[1].publish(info)
@@ -263,17 +393,19 @@ class RobotContractNode(Node):
                 depth_pubs[0].publish(depth)
                 depth_pubs[1].publish(info)
             if frame.position is not None:
-                transforms.append(self._transform(stamp, optical_frame(name), frame.position,
-                                                  frame.orientation))
+                transforms.append(self._transform(stamp, self.base_frame, img.header.frame_id,
+                                                  frame.position, frame.orientation))
         # Same stamp as the images: a consumer pairs a frame with the camera pose it was
-        # taken from.
-        self._tf_pub.publish(TFMessage(transforms=transforms))
+        # taken from. tf2 drops (and warns about) a repeated stamp, so a measurement goes
+        # on /tf once however often the state is published.
+        if measured_ns != self._published_ns:
+            self._published_ns = measured_ns
+            self._tf_pub.publish(TFMessage(transforms=transforms))
 
-        self._publish_task(snap)
-
-    def _transform(self, stamp, child: str, position, orientation) -> TransformStamped:
+    def _transform(self, stamp, parent: str, child: str, position,
+                   orientation) -> TransformStamped:
         tf = TransformStamped()
-        tf.header.stamp, tf.header.frame_id, tf.child_frame_id = stamp, self.base_frame, child
+        tf.header.stamp, tf.header.frame_id, tf.child_frame_id = stamp, parent, child
         t = tf.transform.translation
         t.x, t.y, t.z = (float(v) for v in position)
         r = tf.transform.rotation
@@ -318,7 +450,7 @@ class RobotContractNode(Node):
     def _run_motion(self, goal_handle, label: str, feedback, body):
         """Run ``body(motion)`` as the only motion; return (outcome, stop reason or None)."""
         uuid = bytes(goal_handle.goal_id.uuid)
-        motion = Motion(feedback)
+        motion = Motion(feedback, continuous=label == "execute_chunk")
         with self._goal_lock:
             self._goal_motions[uuid] = motion
         try:
@@ -547,21 +679,62 @@ class RobotContractNode(Node):
             response.episode_id = snap.task.episode_id
         return response
 
-    def _reset_episode(self, request: ResetRequest):
-        """(snapshot of the new episode or None, message)."""
-        motion = Motion()
+    def _reset_goal(self, goal_handle):
+        """The reset as a goal: feedback on the way home, cancel halts the arm."""
+        goal, result = goal_handle.request, ResetEpisodeAction.Result()
+
+        def feedback(s: RobotSnapshot, step: int):
+            fb = ResetEpisodeAction.Feedback()
+            fb.stamp, fb.step = self.get_clock().now().to_msg(), step
+            pose_to_msg(s.ee_position, s.ee_orientation, fb.ee_pose)
+            goal_handle.publish_feedback(fb)
+
+        uuid, motion = bytes(goal_handle.goal_id.uuid), Motion(feedback)
+        with self._goal_lock:
+            self._goal_motions[uuid] = motion
+        try:
+            if goal_handle.is_cancel_requested:
+                motion.stop("canceled by the client")
+            snap, result.message = self._reset_episode(ResetRequest(
+                suite=goal.suite, task_id=goal.task_id, seed=goal.seed,
+                init_state_index=goal.init_state_index), motion)
+        finally:
+            with self._goal_lock:
+                self._goal_motions.pop(uuid, None)
+        result.success = snap is not None
+        if snap is not None:
+            result.instruction, result.episode_id = snap.task.instruction, snap.task.episode_id
+            goal_handle.succeed()
+        elif goal_handle.is_cancel_requested:
+            goal_handle.canceled()
+        else:
+            goal_handle.abort()
+        return result
+
+    def _reset_episode(self, request: ResetRequest, motion: Optional[Motion] = None):
+        """(snapshot of the new episode or None, message). ``motion`` lets a caller stop
+        it (a canceled goal); ``stop`` and any newer goal stop it too."""
+        motion = motion or Motion()
         if not self._arbiter.begin(motion, "reset"):
             return None, f"reset not run: {motion.reason}"
+        if motion.stopped:
+            self._arbiter.end(motion)
+            return None, f"reset not run: {motion.reason}"
+        self._mode, self._active_goal = RobotState.MODE_MOVING, "reset"
         try:
-            snap = self.driver.reset(request)
-        except ValueError as err:
+            snap = self.driver.reset(request, motion)
+        except (ValueError, GoalRejected) as err:
             return None, f"reset refused: {err}"
         except Exception as err:
             self.get_logger().error(f"reset failed: {err}\n{traceback.format_exc()}")
             return None, f"reset failed: {err}"
         finally:
+            if self._active_goal == "reset":
+                self._mode = RobotState.MODE_STOPPED if motion.stopped else RobotState.MODE_IDLE
+                self._active_goal = ""
             self._arbiter.end(motion)
-        self._mode = RobotState.MODE_IDLE
+        if snap is None:
+            return None, f"reset stopped before the new episode: {motion.reason}"
         self._publish_task(snap)
         return snap, "episode reset"
 
@@ -707,7 +880,7 @@ class RobotContractNode(Node):
             return response
         header = Header()
         header.stamp = self.get_clock().now().to_msg()
-        header.frame_id = optical_frame(request.camera)
+        header.frame_id = self.frame_prefix + optical_frame(request.camera)
         try:
             detections = self.driver.segment(request.camera, request.query)
         except ValueError as err:
@@ -728,6 +901,10 @@ class RobotContractNode(Node):
             response.names.append(name)
             response.poses.append(pose)
         return response
+
+
+def _stamp_ns(nanoseconds: int) -> Time:
+    return Time(sec=nanoseconds // 1_000_000_000, nanosec=nanoseconds % 1_000_000_000)
 
 
 def _stamp(seconds: float) -> Time:

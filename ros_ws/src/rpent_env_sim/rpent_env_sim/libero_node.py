@@ -10,6 +10,7 @@ when a motion steps it: an idle or stopped robot holds still by construction.
 """
 from __future__ import annotations
 
+import dataclasses
 import threading
 import time
 import uuid
@@ -82,7 +83,8 @@ class LiberoDriver(RobotDriver):
 
     def __init__(self, *, suite: str, task_id: int, seed: int, init_state_index: int,
                  cameras, image_height: int, image_width: int, render_quality: str,
-                 max_episode_steps: int, real_time: bool, privileged: bool = True):
+                 max_episode_steps: int, real_time: bool, privileged: bool = True,
+                 base_frame: str = "base_link"):
         self._worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="libero-sim")
         self._real_time = real_time
         self._privileged = privileged
@@ -98,7 +100,7 @@ class LiberoDriver(RobotDriver):
             simulated=True,
             joint_names=list(self._sim.arm_joint_names) + list(self._sim.gripper_joint_names),
             camera_names=list(self._sim.camera_names),
-            control_spaces=[LIBERO_OSC_DELTA],
+            control_spaces=[dataclasses.replace(LIBERO_OSC_DELTA, frame_id=base_frame)],
             control_rate=float(self._sim.control_rate_hz),
             gripper_max_width=GRIPPER_MAX_WIDTH,
             max_chunk_steps=max_episode_steps,
@@ -234,7 +236,8 @@ class LiberoDriver(RobotDriver):
         # Nothing to do: the simulated arm only moves while a motion steps the physics.
         return None
 
-    def reset(self, request: ResetRequest) -> RobotSnapshot:
+    def reset(self, request: ResetRequest, motion: Motion) -> RobotSnapshot:
+        # Instant: the simulator sets its state; there is no motion to stop.
         if request.suite and request.suite != self._sim.suite:
             self._call(self._switch_suite, request)
         obs = self._call(
@@ -310,6 +313,7 @@ class LiberoNode(RobotContractNode):
                          "Offer the simulator's object poses and native success to the agent; "
                          "false runs the task as on a real arm (success is then only in "
                          "task_status.native_success, for evaluation)"),
+            base_frame=self.base_frame,
         )
 
 

@@ -88,3 +88,40 @@ def declare_cameras(d) -> dict:
     fov = d("camera_fov_deg", 69.0, "Horizontal field of view for the intrinsics, degrees",
             lambda v: None if 1 < v < 179 else "must be in (1, 179)")
     return {n: (s, width, height, fov) for n, s in zip(names, sources)}
+
+
+def declare_camera_mounts(d, cameras, base_frame: str, log) -> dict:
+    """Declare where each camera is mounted (``camera_extrinsics``); return name -> (mount
+    frame, position, quaternion x, y, z, w) of its optical frame (z forward, x right, y
+    down) in the mount frame, for the node's /tf_static. Cameras without extrinsics are
+    named in a warning: their images carry an optical frame that tf cannot place."""
+    from rpent_contract.params import ParameterError
+
+    entries = [e for e in d(
+        "camera_extrinsics", [""],
+        "Per camera, in the order of cameras: '<mount frame> x y z qx qy qz qw', the optical "
+        "frame (z forward, x right, y down) in the mount frame (a link of the robot, e.g. the "
+        f"hand for a wrist camera, or the base frame '{base_frame}' for one fixed in the "
+        "room), m; [''] = unknown") if e]
+    names = list(cameras)
+    if entries and len(entries) != len(names):
+        raise ParameterError(f"camera_extrinsics has {len(entries)} entries for cameras "
+                             f"{names}: give one per camera, in the same order")
+    mounts = {}
+    for name, entry in zip(names, entries):
+        fields = entry.split()
+        try:
+            values = np.array([float(v) for v in fields[1:]])
+        except ValueError:
+            values = np.array([])
+        if len(fields) != 8 or not np.all(np.isfinite(values)) \
+                or np.linalg.norm(values[3:]) < 1e-6:
+            raise ParameterError(
+                f"camera_extrinsics for camera '{name}' is {entry!r}; write '<mount frame> x y "
+                "z qx qy qz qw' (metres, a unit quaternion), e.g. "
+                f"'{base_frame} 0.5 0 0.4 0 0 0 1'")
+        mounts[name] = (fields[0], values[:3], values[3:] / np.linalg.norm(values[3:]))
+    if names and not entries:
+        log.warning(f"no camera_extrinsics for cameras {names}: their images are published "
+                    "but tf cannot place them; set camera_extrinsics to use them in 3-D")
+    return mounts

@@ -23,9 +23,11 @@ off, network cut, franky-sim stopped) is reported the same way and retried every
 """
 from __future__ import annotations
 
+import importlib.util
 import threading
 import time
 import uuid
+from pathlib import Path
 from typing import Optional
 
 import numpy as np
@@ -48,7 +50,7 @@ from rpent_contract.robot_node import spin_robot_node
 from rpent_contract.validation import GoalRejected
 
 from .arm_node import ArmNode
-from .cameras import OpenCVCamera, declare_cameras
+from .cameras import OpenCVCamera, declare_camera_mounts, declare_cameras
 from .safety import ApprovalGate, SafetyLayer, Watchdog, declare_approval_gate
 
 ARM_JOINTS = tuple(f"fr3_joint{i}" for i in range(1, 8))
@@ -130,6 +132,9 @@ class FrankaDriver(RobotDriver):
         self._notice = ""  # last fault, shown until the next goal starts
         self._episode_id, self._episode_step = uuid.uuid4().hex[:12], 0
         self._active_motion: Optional[Motion] = None
+        # Where a chunk that handed over left its target (position, quaternion): the next
+        # chunk's deltas continue from there rather than from the lagging measured pose.
+        self._handover: Optional[tuple] = None
         self._gripper_closed: Optional[bool] = None
         self._cameras: dict[str, OpenCVCamera] = {}
         try:
@@ -147,6 +152,13 @@ class FrankaDriver(RobotDriver):
         self._latest = self._read_state()
         # Joint-space chunks are held to the same Cartesian limits via franky's kinematics.
         safety.forward_kinematics = self.forward_kinematics
+        home_position, _ = self.forward_kinematics(self._home)
+        why = safety.limits.workspace.violation(home_position)
+        if why:
+            self.close()
+            raise ValueError(f"home_joints put the end effector at "
+                             f"{np.round(home_position, 3).tolist()} m, {why}: choose a home "
+                             "pose inside workspace_min/workspace_max")
         self.watchdog = Watchdog(safety.limits.watchdog_timeout, self._watchdog_expired)
         self._closed = threading.Event()
         self._reader = threading.Thread(target=self._read_loop, name="franka-state", daemon=True)
@@ -182,6 +194,7 @@ class FrankaDriver(RobotDriver):
     def _read_state(self) -> RobotSnapshot:
         robot, gripper = self._robot, self._gripper
         s = robot.state
+        measured_ns = time.time_ns()
         pose = s.O_T_EE
         width = float(gripper.width) if gripper is not None else 0.0
         q = np.asarray(s.q, dtype=np.float64)
@@ -189,9 +202,9 @@ class FrankaDriver(RobotDriver):
         if s.robot_mode not in (self._franky.RobotMode.Idle, self._franky.RobotMode.Move):
             errors.append(f"robot mode {s.robot_mode.name}")
         return self._snapshot(q, np.asarray(s.dq, dtype=np.float64), pose.translation,
-                              pose.quaternion, width, errors)
+                              pose.quaternion, width, errors, measured_ns)
 
-    def _snapshot(self, q, dq, position, quat, width, errors) -> RobotSnapshot:
+    def _snapshot(self, q, dq, position, quat, width, errors, stamp_ns: int) -> RobotSnapshot:
         fingers = [width / 2.0, width / 2.0] if self._use_gripper else []
         with self._lock:
             errors = list(errors) + [e for e in (self._fault, self._notice) if e]
@@ -210,7 +223,7 @@ class FrankaDriver(RobotDriver):
             ee_position=np.asarray(position, float), ee_orientation=np.asarray(quat, float),
             gripper_width=width, episode_step=step, errors=errors, images=images,
             task=TaskInfo(instruction=self._instruction, episode_id=episode,
-                          task_name="franka_fr3"))
+                          task_name="franka_fr3"), stamp_ns=stamp_ns)
 
     def _read_loop(self) -> None:
         """Keep the latest state at the control rate; reconnect while the robot is lost."""
@@ -240,10 +253,11 @@ class FrankaDriver(RobotDriver):
                 self._sample.notify_all()
 
     def _refresh_stale(self) -> None:
-        """While disconnected: the last known state, with the current errors and images."""
+        """While disconnected: the current errors, on the last measurement and its time
+        (the node reports it as old instead of publishing it as the present state)."""
         last = self._latest
         snap = self._snapshot(last.joint_positions[:7], np.zeros(7), last.ee_position,
-                              last.ee_orientation, last.gripper_width, [])
+                              last.ee_orientation, last.gripper_width, [], last.stamp_ns)
         with self._sample:
             self._latest = snap
             self._sample.notify_all()
@@ -269,12 +283,14 @@ class FrankaDriver(RobotDriver):
         return None
 
     def execute_chunk(self, space, actions, motion, stop_on_success) -> ChunkOutcome:
+        handover = self._handover
         robot = self._begin(motion)
         snap = self.snapshot()
         franky = self._franky
+        positions = quats = None
         if space.name == "ee_delta":
-            positions, quats = self.safety.integrate_deltas(
-                snap.ee_position, snap.ee_orientation, actions[:, :6])
+            start = handover or (snap.ee_position, snap.ee_orientation)
+            positions, quats = self.safety.integrate_deltas(*start, actions[:, :6])
 
             def command(i):
                 return franky.CartesianMotion(
@@ -290,6 +306,9 @@ class FrankaDriver(RobotDriver):
         self._approve(f"execute_chunk: {len(actions)} steps in {space.name}", motion)
         done = 0
         try:
+            self._halt_other_signal(robot, franky.ControlSignalType.CartesianPose
+                                    if positions is not None
+                                    else franky.ControlSignalType.JointPositions)
             self.watchdog.arm()
             try:
                 t_next = time.monotonic()
@@ -300,14 +319,20 @@ class FrankaDriver(RobotDriver):
                         robot.move(command(i), asynchronous=True)
                         self._gripper_action(actions[i, -1])
                     self.watchdog.feed()
-                    t_next = self._tick(t_next)
+                    t_next = self._tick(t_next, motion)
                     robot.poll_motion()  # raises the reflex / control error of a failed motion
                     done += 1
                     motion.feedback(self.snapshot(), i)
             finally:
                 self.watchdog.disarm()
-            if not motion.stopped:
-                robot.join_motion(max(1.0, self._settle_timeout))
+            # The last target is still being approached: a chunk that takes over now
+            # continues from it, otherwise the arm comes to rest there.
+            if done and positions is not None:
+                with self._lock:
+                    self._handover = (positions[done - 1], quats[done - 1])
+            deadline = time.monotonic() + max(1.0, self._settle_timeout)
+            while not motion.stopped and _moving(robot) and time.monotonic() < deadline:
+                motion.wait(self._period / 4)
         except Exception as err:
             return ChunkOutcome(done, self.snapshot(), fault=self._on_fault(err, "execute_chunk"))
         return ChunkOutcome(done, self._finish(robot, motion))
@@ -325,6 +350,7 @@ class FrankaDriver(RobotDriver):
         steps, reached = 0, False
         pos_err = rot_err = float("inf")
         try:
+            self._halt_other_signal(robot, franky.ControlSignalType.CartesianPose)
             t_next = time.monotonic()
             while steps < max_steps:
                 with self._cmd_lock:
@@ -339,7 +365,7 @@ class FrankaDriver(RobotDriver):
                             franky.Affine(cmd_p, cmd_q), franky.ReferenceType.Absolute,
                             relative_dynamics_factor=self._dynamics), asynchronous=True)
                 t_next = self._tick(t_next)
-                moving = robot.poll_motion()
+                moving = _moving(robot)
                 snap = self.snapshot()
                 motion.feedback(snap, steps)
                 steps += 1
@@ -406,7 +432,7 @@ class FrankaDriver(RobotDriver):
         if robot is not None:
             self._halt(robot)
 
-    def reset(self, request: ResetRequest) -> RobotSnapshot:
+    def reset(self, request: ResetRequest, motion: Motion) -> Optional[RobotSnapshot]:
         if request.suite or request.task_id >= 0 or request.seed >= 0 \
                 or request.init_state_index >= 0:
             raise ValueError("a real Franka has no task list, suite, seed or recorded initial "
@@ -421,9 +447,27 @@ class FrankaDriver(RobotDriver):
                                  "collision, joint limit) in Desk and call reset again")
         with self._lock:
             self._fault = self._notice = ""
+            self._active_motion = motion  # the watchdog and stop reach it like any motion
+        self._approve(f"reset: move to home_joints {np.round(self._home, 3).tolist()}", motion)
+        # A chunk's last Cartesian target may still be approached, and franky refuses to
+        # switch control signal while a motion runs.
+        self._halt(robot)
         with self._cmd_lock:
-            robot.move(self._franky.JointMotion(self._home, relative_dynamics_factor=self._dynamics))
-        self._settle(time.monotonic() + self._settle_timeout)
+            if motion.stopped:
+                return None
+            robot.move(self._franky.JointMotion(self._home, relative_dynamics_factor=self._dynamics),
+                       asynchronous=True)
+        # Asynchronous, and the command lock is not held meanwhile: stop, cancel and a
+        # newer goal halt the arm on the way within a control period.
+        step, t_next = 0, time.monotonic()
+        while _moving(robot) and not motion.stopped:
+            t_next = self._tick(t_next, motion)
+            motion.feedback(self.snapshot(), step)
+            step += 1
+        if motion.stopped:
+            self._halt(robot)
+            return None
+        self._settle(time.monotonic() + self._settle_timeout, motion)
         with self._lock:
             self._episode_id, self._episode_step = uuid.uuid4().hex[:12], 0
         return self._next_sample(1.0)
@@ -445,6 +489,7 @@ class FrankaDriver(RobotDriver):
             robot, fault = self._robot, self._fault
             self._notice = ""
             self._active_motion = motion
+            self._handover = None
         if robot is None:
             raise GoalRejected(fault or f"not connected to the Franka at {self._host}")
         if fault:
@@ -454,10 +499,15 @@ class FrankaDriver(RobotDriver):
     def _approve(self, what: str, motion: Motion) -> None:
         self.approval.request(what, lambda: motion.stopped)
 
-    def _tick(self, t_next: float) -> float:
-        """Wait out the control period; count it as an episode step."""
+    def _tick(self, t_next: float, motion: Optional[Motion] = None) -> float:
+        """Wait out the control period (less when ``motion`` is stopped meanwhile: a
+        chunk taking over must not leave the arm to reach its last target and dwell
+        there); count it as an episode step."""
         t_next += self._period
-        time.sleep(max(0.0, t_next - time.monotonic()))
+        if motion is None:
+            time.sleep(max(0.0, t_next - time.monotonic()))
+        else:
+            motion.wait(max(0.0, t_next - time.monotonic()))
         with self._lock:
             self._episode_step += 1
         return t_next
@@ -481,9 +531,11 @@ class FrankaDriver(RobotDriver):
     def _halt(self, robot) -> None:
         """Decelerate to rest with franky's stop motion for the running control signal."""
         franky = self._franky
+        with self._lock:
+            self._handover = None
         with self._cmd_lock:
             try:
-                if not robot.poll_motion():
+                if not _moving(robot):
                     return
                 signal = robot.current_control_signal_type
                 stop = (franky.JointStopMotion() if signal == franky.ControlSignalType.JointPositions
@@ -502,18 +554,32 @@ class FrankaDriver(RobotDriver):
             except self._franky.ControlException:
                 pass  # the motion being stopped ended with "preempted"
 
+    def _halt_other_signal(self, robot, signal) -> None:
+        """franky cannot switch control signal mid-motion: bring a motion of the other kind
+        (a Cartesian chunk still being approached before a joint chunk) to rest first."""
+        if _moving(robot) and robot.current_control_signal_type != signal:
+            self._halt(robot)
+
     def _finish(self, robot, motion: Motion) -> RobotSnapshot:
-        """End a motion: halt if it was stopped, then wait until the arm is at rest."""
+        """End a motion: halt if it was stopped, then wait until the arm is at rest; a
+        chunk taken over by the next one ends at once, the arm still moving."""
+        if motion.handed_over:
+            return self.snapshot()
         if motion.stopped:
             self._halt(robot)
-        self._settle(time.monotonic() + self._settle_timeout)
+        self._settle(time.monotonic() + self._settle_timeout, motion)
+        if not motion.handed_over:
+            with self._lock:
+                self._handover = None  # at rest: the next chunk starts from what is measured
         return self.snapshot()
 
-    def _settle(self, deadline: float) -> None:
+    def _settle(self, deadline: float, motion: Optional[Motion] = None) -> None:
         """Wait (bounded) until the joints move slower than settle_velocity, so a goal's
-        result and the next goal start from an arm at rest."""
+        result and the next goal start from an arm at rest (unless the next chunk takes
+        over meanwhile)."""
         prev, quiet = self.snapshot(), 0
-        while time.monotonic() < deadline and quiet < 2:
+        while time.monotonic() < deadline and quiet < 2 and \
+                not (motion is not None and motion.handed_over):
             snap = self._next_sample(2 * self._state_period)
             speed = np.max(np.abs(snap.joint_positions[:7] - prev.joint_positions[:7])) / \
                 self._state_period
@@ -556,6 +622,28 @@ class FrankaDriver(RobotDriver):
         return message
 
 
+def _home_check(value):
+    """home_joints: 7 finite angles inside the FR3's joint limits."""
+    why = params.vector(7)(value)
+    if why:
+        return why
+    outside = [f"joint {i + 1}: {v:g} not in [{lo:g}, {hi:g}]"
+               for i, (v, lo, hi) in enumerate(zip(value, JOINT_LOWER, JOINT_UPPER))
+               if not lo <= v <= hi]
+    return f"outside the FR3 joint limits ({'; '.join(outside)})" if outside else None
+
+
+def _moving(robot) -> bool:
+    """Whether a motion is running; raises the error of a motion that failed.
+
+    franky 2.0's ``poll_motion`` returns whether the motion has *finished* (True with no
+    motion at all), whatever its docstring says; ``is_in_control`` is True exactly while
+    its control loop runs a motion.
+    """
+    robot.poll_motion()
+    return bool(robot.is_in_control)
+
+
 def _active_errors(errors) -> list[str]:
     return [name for name in dir(errors) if not name.startswith("_")
             and isinstance(getattr(errors, name), bool) and getattr(errors, name)]
@@ -564,7 +652,17 @@ def _active_errors(errors) -> list[str]:
 class FrankaNode(ArmNode):
     def __init__(self):
         # Base frame fr3_link0; the default box keeps the hand above the table in front.
-        super().__init__("franka", default_workspace=((0.25, -0.45, 0.05), (0.80, 0.45, 0.80)))
+        super().__init__("franka", default_workspace=((0.25, -0.45, 0.05), (0.80, 0.45, 0.80)),
+                         default_frames=("fr3_link0", "fr3_hand_tcp"))
+
+    def default_robot_description_file(self) -> str:
+        # franky-sim ships Franka's FR3 + Hand URDF (from franka_description); its joint and
+        # link names are the ones this node publishes.
+        spec = importlib.util.find_spec("franky_sim")
+        if spec is None or not spec.submodule_search_locations:
+            return ""
+        path = Path(spec.submodule_search_locations[0]) / "assets" / "fr3.urdf"
+        return str(path) if path.is_file() else ""
 
     def create_driver(self) -> RobotDriver:
         d = lambda *a, **k: params.declare(self, *a, **k)  # noqa: E731
@@ -573,6 +671,8 @@ class FrankaNode(ArmNode):
         limits = self.declare_safety_limits(max_goal_translation=0.5, velocity_scale=True)
         approval = declare_approval_gate(d)
         cameras = declare_cameras(d)
+        self.camera_mounts = declare_camera_mounts(d, cameras, self._base_link,
+                                                   self.get_logger())
         host = d("robot_ip", "172.16.0.2", "Franka control (FCI) address",
                  lambda v: None if v else "must not be empty")
         safety_layer = SafetyLayer(limits)
@@ -594,7 +694,7 @@ class FrankaNode(ArmNode):
                   params.positive), self.base_frame),
             safety=safety_layer, approval=approval,
             home_joints=d("home_joints", [0.0, 0.0, 0.0, -1.57, 0.0, 1.57, 0.785],
-                          "Joint configuration reset moves to, rad", params.vector(7)),
+                          "Joint configuration reset moves to, rad", _home_check),
             instruction=d("instruction", "", "Task instruction published on task_status"),
             settle_velocity=d("settle_velocity", 1e-3,
                               "A motion ends once every joint is slower than this, rad/s",

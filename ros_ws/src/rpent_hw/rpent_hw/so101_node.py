@@ -66,7 +66,7 @@ from rpent_contract.robot_node import spin_robot_node
 from rpent_contract.validation import GoalRejected
 
 from .arm_node import ArmNode
-from .cameras import OpenCVCamera, declare_cameras
+from .cameras import OpenCVCamera, declare_camera_mounts, declare_cameras
 from .safety import (
     ApprovalGate,
     SafetyLayer,
@@ -74,7 +74,7 @@ from .safety import (
     Watchdog,
     declare_approval_gate,
 )
-from .so101_kinematics import ARM_JOINTS, GRIPPER_JOINT, SO101Kinematics
+from .so101_kinematics import ARM_JOINTS, GRIPPER_JOINT, SO101Kinematics, model_path
 
 MOTORS = ARM_JOINTS + (GRIPPER_JOINT,)
 ACTION_KEYS = tuple(f"{m}.pos" for m in MOTORS)
@@ -209,16 +209,21 @@ class SO101Driver(RobotDriver):
         self._notice = ""  # last failure, shown until the next goal starts
         self._episode_id, self._episode_step = uuid.uuid4().hex[:12], 0
         self._active_motion: Optional[Motion] = None
+        # The last row (LeRobot units) of a chunk that handed over: the servos are still
+        # heading there, and the next chunk continues from it rather than from the
+        # lagging present position.
+        self._handover: Optional[np.ndarray] = None
         self._cameras: dict[str, OpenCVCamera] = {}
         self.cycle_times: list[float] = []  # s per read+write cycle, for the bench
         try:
             for name, (source, width, height, fov) in cameras.items():
                 self._cameras[name] = OpenCVCamera(name, source, width, height, fov, control_rate)
             self._present = self._read_present()
+            self._present_ns = time.time_ns()  # when _present was read
         except Exception:
             self.close()
             raise
-        self._latest = self._make_snapshot(self._present, np.zeros(6))
+        self._latest = self._make_snapshot(self._present, np.zeros(6), self._present_ns)
         # Joint chunks are held to the Cartesian limits through forward kinematics; ee_delta
         # paths were checked as Cartesian targets before the IK and only need the joint
         # checks (their poses differ from the targets by the IK residual or, for
@@ -253,6 +258,7 @@ class SO101Driver(RobotDriver):
     def _bus_cycle(self) -> None:
         try:
             present = self._read_present()
+            measured_ns = time.time_ns()
             with self._lock:
                 target = self._target
                 if self._fault:
@@ -268,8 +274,8 @@ class SO101Driver(RobotDriver):
             return
         velocity = np.zeros(6)
         velocity[:5] = np.radians(present[:5] - self._present[:5]) / self._period
-        self._present = present
-        snap = self._make_snapshot(present, velocity)
+        self._present, self._present_ns = present, measured_ns
+        snap = self._make_snapshot(present, velocity, measured_ns)
         with self._cycle:
             self._latest = snap
             self._cycles += 1
@@ -288,7 +294,8 @@ class SO101Driver(RobotDriver):
             self._log.error(message)
             with self._lock:
                 self._fault = message  # the running motion fails on its next cycle
-        snap = self._make_snapshot(self._present, np.zeros(6))
+        # The last reading keeps its time: the node reports it as old, not as current.
+        snap = self._make_snapshot(self._present, np.zeros(6), self._present_ns)
         with self._cycle:
             self._latest = snap
             self._cycles += 1
@@ -300,7 +307,8 @@ class SO101Driver(RobotDriver):
         except Exception:  # scservo_sdk trips over a truncated reply
             return False
 
-    def _make_snapshot(self, present: np.ndarray, velocity: np.ndarray) -> RobotSnapshot:
+    def _make_snapshot(self, present: np.ndarray, velocity: np.ndarray,
+                       stamp_ns: int) -> RobotSnapshot:
         q = np.radians(present[:5])
         lo, hi = self.kin.gripper_range
         gripper_q = lo + np.clip(present[5], 0.0, 100.0) / 100.0 * (hi - lo)
@@ -321,7 +329,7 @@ class SO101Driver(RobotDriver):
             gripper_width=float(np.clip(present[5], 0, 100) / 100.0 * self._gripper_max_width),
             episode_step=step, errors=errors, images=images,
             task=TaskInfo(instruction=self._instruction, episode_id=episode,
-                          task_name="so101_follower"))
+                          task_name="so101_follower"), stamp_ns=stamp_ns)
 
     def _next_cycle(self) -> RobotSnapshot:
         """Wait for the next bus cycle (bounded) and count it as an episode step."""
@@ -354,11 +362,15 @@ class SO101Driver(RobotDriver):
         return None
 
     def execute_chunk(self, space, actions, motion, stop_on_success) -> ChunkOutcome:
+        handover = self._handover
         present = self._begin(motion)
         snap = self.snapshot()
+        start = (self.kin.forward(np.radians(handover[:5])) if handover is not None
+                 else (snap.ee_position, snap.ee_orientation))
+        if handover is not None:
+            present = handover
         if space.name == "ee_delta":
-            positions, quats = self.safety.integrate_deltas(
-                snap.ee_position, snap.ee_orientation, actions[:, :6])
+            positions, quats = self.safety.integrate_deltas(*start, actions[:, :6])
             q_path = self._solve_path(positions, quats, np.radians(present[:5]))
             gripper = self._gripper_column(actions[:, 6], present[5])
             layer = self._joint_safety
@@ -384,6 +396,9 @@ class SO101Driver(RobotDriver):
                 self.watchdog.disarm()
         except RobotFault as err:
             return ChunkOutcome(done, self.snapshot(), fault=f"execute_chunk: {err}")
+        if done:
+            with self._lock:
+                self._handover = targets[done - 1]
         return ChunkOutcome(done, self._finish(motion))
 
     def move_to(self, position, orientation, *, position_only, max_translation_step,
@@ -475,26 +490,36 @@ class SO101Driver(RobotDriver):
 
     def hold(self) -> None:
         with self._lock:
+            self._handover = None
             if self._target is not None:
                 self._target = self._present.copy()
 
-    def reset(self, request: ResetRequest) -> RobotSnapshot:
+    def reset(self, request: ResetRequest, motion: Motion) -> Optional[RobotSnapshot]:
         if request.suite or request.task_id >= 0 or request.seed >= 0 \
                 or request.init_state_index >= 0:
             raise ValueError("a real SO-101 has no task list, suite, seed or recorded initial "
                              "states: call reset with no arguments (it moves the arm to home)")
-        with self._lock:
-            if self._fault:
-                raise RobotFault(self._fault)
-            self._notice = ""
-            start = self._present.copy()
+        start = self._begin(motion)
         # Joint-space interpolation, at most max_joint_step per period on every joint.
         span = np.abs(np.radians(self._home[:5] - start[:5])).max()
         n = max(1, int(math.ceil(span / self._max_joint_step)))
-        for i in range(1, n + 1):
-            self._command(start + (self._home - start) * i / n)
-            self._next_cycle()
-        self._settle()
+        path = np.array([start + (self._home - start) * i / n for i in range(1, n + 1)])
+        # Joint limits and step size; not the workspace box, which would refuse the way home
+        # from a pose outside it, when a reset is needed most.
+        self._joint_safety.check_joint_path(np.radians(start[:5]), np.radians(path[:, :5]),
+                                            self.kin.lower, self.kin.upper,
+                                            [self._max_joint_step] * 5)
+        self._approve(f"reset: move to home {self._home.tolist()}", motion)
+        for step, row in enumerate(path):
+            if motion.stopped:
+                self.hold()
+                return None
+            self._command(row)
+            motion.feedback(self._next_cycle(), step)
+        self._settle(motion)
+        if motion.stopped:
+            self.hold()
+            return None
         with self._lock:
             self._episode_id, self._episode_step = uuid.uuid4().hex[:12], 0
         return self._next_sample()
@@ -520,6 +545,7 @@ class SO101Driver(RobotDriver):
                 raise GoalRejected(self._fault)
             self._notice = ""
             self._active_motion = motion
+            self._handover = None
             return self._present.copy()
 
     def _approve(self, what: str, motion: Motion) -> None:
@@ -561,18 +587,24 @@ class SO101Driver(RobotDriver):
 
     def _finish(self, motion: Motion, hold: bool = False) -> RobotSnapshot:
         """End a motion at rest: held where it is when stopped (or asked), else at its
-        last target."""
+        last target; a chunk taken over by the next one ends at once, still moving."""
+        if motion.handed_over:
+            return self.snapshot()
         if hold or motion.stopped:
             self.hold()
-        self._settle()
+        self._settle(motion)
+        if not motion.handed_over:
+            with self._lock:
+                self._handover = None  # at rest: the next chunk starts from what is measured
         return self.snapshot()
 
-    def _settle(self) -> None:
+    def _settle(self, motion: Optional[Motion] = None) -> None:
         """Wait (bounded) until no joint moved for two bus cycles, so a goal's result and
         the next goal start from an arm at rest (the first cycle after a write still reads
-        the position from before it)."""
+        the position from before it), unless the next chunk takes over meanwhile."""
         deadline, still = time.monotonic() + self._settle_timeout, 0
-        while time.monotonic() < deadline and still < 2:
+        while time.monotonic() < deadline and still < 2 and \
+                not (motion is not None and motion.handed_over):
             snap = self._next_sample()
             still = still + 1 if not np.any(snap.joint_velocities) else 0
 
@@ -597,7 +629,16 @@ class SO101Driver(RobotDriver):
 class SO101Node(ArmNode):
     def __init__(self):
         # Base frame base_link (model "base"); the box keeps the jaws above the table in front.
-        super().__init__("so101", default_workspace=((0.10, -0.30, 0.02), (0.42, 0.30, 0.35)))
+        super().__init__("so101", default_workspace=((0.10, -0.30, 0.02), (0.42, 0.30, 0.35)),
+                         default_frames=("base_link", "gripper_frame_link"))
+
+    def default_robot_description_file(self) -> str:
+        # The URDF next to the MJCF the kinematics use: same links, joints and zeros.
+        try:
+            path = model_path().with_name("so101_new_calib.urdf")
+        except ValueError:
+            return ""
+        return str(path) if path.is_file() else ""
 
     def create_driver(self) -> RobotDriver:
         d = lambda *a, **k: params.declare(self, *a, **k)  # noqa: E731
@@ -606,6 +647,8 @@ class SO101Node(ArmNode):
         limits = self.declare_safety_limits(max_goal_translation=0.3)
         approval = declare_approval_gate(d)
         cameras = declare_cameras(d)
+        self.camera_mounts = declare_camera_mounts(d, cameras, self._base_link,
+                                                   self.get_logger())
         port = d("port", "/dev/ttyACM0", "Serial port of the servo bus (lerobot-find-port)",
                  lambda v: None if v else "must not be empty")
         max_joint_step = d("max_joint_step", 4.0,

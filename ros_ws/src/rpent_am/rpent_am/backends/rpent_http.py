@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import dataclasses
 import threading
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Mapping, Optional
 
@@ -126,9 +127,15 @@ class RpentHttpBackend(PolicyBackend):
                  chunk_size: int = 0, cameras: Optional[Mapping[str, str]] = None,
                  checkpoint: str = "", control_rate: float = 20.0, timeout: float = 30.0,
                  connect_timeout: float = 5.0, wire: RpentHttpWire = RpentHttpWire()):
-        self._http = JsonHttpClient(endpoint, server="action-model server", timeout=timeout,
-                                    connect_timeout=connect_timeout, error=BackendError)
-        self._endpoint = self._http.endpoint
+        def connect():
+            return JsonHttpClient(endpoint, server="action-model server", timeout=timeout,
+                                  connect_timeout=connect_timeout, error=BackendError)
+
+        # A connection per concurrent call: one call stuck on a hung request (which the node
+        # gives up on after the goal's timeout) must not hold the next call behind it.
+        self._connect, self._idle = connect, [connect()]
+        self._idle_lock = threading.Lock()
+        self._endpoint = self._idle[0].endpoint
         self._wire = wire
         self._cameras = dict(cameras) if cameras is not None else None
         self._chunk_size = chunk_size
@@ -141,12 +148,23 @@ class RpentHttpBackend(PolicyBackend):
         return self._meta
 
     # --- protocol ------------------------------------------------------------------------
+    @contextmanager
+    def _http(self):
+        with self._idle_lock:
+            http = self._idle.pop() if self._idle else self._connect()
+        try:
+            yield http
+        finally:
+            with self._idle_lock:
+                self._idle.append(http)
+
     def _call(self, method: str, params: dict, session: str = "", timeout: Optional[float] = None):
         w = self._wire
         body = {w.method: method, w.params: params}
         if session:
             body[w.session] = session
-        status, answer = self._http.request("POST", w.call_path, body, timeout or self._timeout)
+        with self._http() as http:
+            status, answer = http.request("POST", w.call_path, body, timeout or self._timeout)
         if status != 200 or w.error in answer:
             raise _RemoteError(status, f"{method} failed on {self._endpoint} (HTTP {status}): "
                                        f"{answer.get(w.error, answer)}")
@@ -156,7 +174,8 @@ class RpentHttpBackend(PolicyBackend):
 
     def health(self) -> None:
         """Raise BackendError unless the server answers its health check."""
-        status, _ = self._http.request("GET", self._wire.health_path, None, self._connect_timeout)
+        with self._http() as http:
+            status, _ = http.request("GET", self._wire.health_path, None, self._connect_timeout)
         if status != 200:
             raise BackendError(f"{self._endpoint}{self._wire.health_path} answered HTTP {status}: "
                                f"the server is up but not ready; check its log")
@@ -225,7 +244,10 @@ class RpentHttpBackend(PolicyBackend):
                 raise
 
     def close(self) -> None:
-        self._http.close()
+        with self._idle_lock:
+            idle, self._idle = self._idle, []
+        for http in idle:
+            http.close()
 
 
 class RpentHttpServer(JsonHttpServer):
