@@ -1,31 +1,38 @@
 """Bring-up: a Franka FR3 through franky, action model, agent.
 
 Launch arguments (name, default, what):
-  robot_ip           172.16.0.2       address of the robot's control unit
-  max_episode_steps  1000             control steps before the episode ends
-  planner            ''               scripted | api | mcp; empty: api if model set, else scripted
-  model              ''               provider:model for api, e.g. anthropic:claude-sonnet-5
-  base_url           ''               the provider's endpoint for api: a proxy, or an OpenAI-compatible server (Ollama, vLLM)
-  instruction        ''               what to do; empty: the task's own instruction
-  max_turns          30               model turns before the run ends as max_turns
-  output_dir         runs             where run folders are created
-  run_dir            ''               use this run folder instead of a new one under output_dir
-  mcp_port           8766             TCP port of the MCP server (planner:=mcp)
-  action_model       ''               model node to use (/gpu/action_model); empty: start one
-  am_backend         none             scripted | lerobot | openpi | rpent_http | none
-  am_checkpoint      ''               LeRobot checkpoint folder (am_backend:=lerobot)
-  am_endpoint        ''               policy server: host:port (openpi), http://... (rpent_http)
-  perception         none             segment/locate tools for the agent: sam3_http | none
-  sam3_endpoint      ''               SAM3 server, http://HOST:PORT (perception:=sam3_http)
-  dashboard          false            start the Foxglove bridge (ws://127.0.0.1:dashboard_port)
-  dashboard_port     8765             TCP port of the Foxglove bridge (dashboard:=true)
-  record             false            record a rosbag2 (MCAP) into the run folder
-  namespace          ''               namespace of this robot's topics, actions and services
-  robots_file        ''               YAML, one block per robot (/robot1/libero_sim: ...)
+  robot_ip                 172.16.0.2       address of the robot's control unit
+  realtime_mode            ''               enforce (a real FR3: PREEMPT_RT kernel) | ignore (franky-sim, development); empty: the config file's
+  relative_dynamics_factor ''               scale of franky's velocity, acceleration and jerk, (0, 1]; empty: the config file's
+  require_approval         ''               true: every motion waits for safety/approve; empty: the config file's
+  driver_only              false            true: only the robot (and dashboard / recorder), no agent or model; runs until stopped
+  max_episode_steps        1000             control steps before the episode ends
+  planner                  ''               scripted | api | mcp; empty: api if model set, else scripted
+  model                    ''               provider:model for api, e.g. anthropic:claude-sonnet-5
+  base_url                 ''               the provider's endpoint for api: a proxy, or an OpenAI-compatible server (Ollama, vLLM)
+  instruction              ''               what to do; empty: the task's own instruction
+  max_turns                30               model turns before the run ends as max_turns
+  output_dir               runs             where run folders are created
+  run_dir                  ''               use this run folder instead of a new one under output_dir
+  mcp_port                 8766             TCP port of the MCP server (planner:=mcp)
+  plan_file                ''               scripted planner: YAML/JSON list of tool calls to run instead of its pick-and-place heuristic
+  action_model             ''               model node to use (/gpu/action_model); empty: start one
+  am_backend               none             scripted | lerobot | openpi | rpent_http | none
+  am_checkpoint            ''               LeRobot checkpoint folder (am_backend:=lerobot)
+  am_endpoint              ''               policy server: host:port (openpi), http://... (rpent_http)
+  perception               none             segment/locate tools for the agent: sam3_http | none
+  sam3_endpoint            ''               SAM3 server, http://HOST:PORT (perception:=sam3_http)
+  dashboard                false            start the Foxglove bridge (ws://127.0.0.1:dashboard_port)
+  dashboard_port           8765             TCP port of the Foxglove bridge (dashboard:=true)
+  record                   false            record a rosbag2 (MCAP) into the run folder
+  namespace                ''               namespace of this robot's topics, actions and services
+  robots_file              ''               YAML, one block per robot (/robot1/libero_sim: ...)
 
 Examples:
   ros2 launch rpent franka.launch.py robot_ip:=172.16.0.2 instruction:='put the cube in the bowl'
   ros2 launch rpent franka.launch.py action_model:=/gpu/action_model dashboard:=true record:=true
+  ros2 launch rpent franka.launch.py robot_ip:=127.0.0.1 realtime_mode:=ignore driver_only:=true dashboard:=true
+      (franky-sim: python -m rpent_hw.franky_sim --hostname 127.0.0.1)
 
 Nodes and parameters come from rpent.bringup, shared with `python -m rpent.start`.
 """

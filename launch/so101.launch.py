@@ -3,6 +3,9 @@
 Launch arguments (name, default, what):
   port               /dev/ttyACM0     serial port of the arm's Feetech bus
   robot_id           so101_follower   LeRobot robot id (names the calibration file)
+  calibration_dir    ''               folder of <robot_id>.json from lerobot-calibrate; empty: the config file's (LeRobot's default folder)
+  require_approval   ''               true: every motion waits for safety/approve; empty: the config file's
+  driver_only        false            true: only the robot (and dashboard / recorder), no agent or model; runs until stopped
   max_episode_steps  1000             control steps before the episode ends
   planner            ''               scripted | api | mcp; empty: api if model set, else scripted
   model              ''               provider:model for api, e.g. anthropic:claude-sonnet-5
@@ -12,6 +15,7 @@ Launch arguments (name, default, what):
   output_dir         runs             where run folders are created
   run_dir            ''               use this run folder instead of a new one under output_dir
   mcp_port           8766             TCP port of the MCP server (planner:=mcp)
+  plan_file          ''               scripted planner: YAML/JSON list of tool calls to run instead of its pick-and-place heuristic
   action_model       ''               model node to use (/gpu/action_model); empty: start one
   am_backend         none             scripted | lerobot | openpi | rpent_http | none
   am_checkpoint      ''               LeRobot checkpoint folder (am_backend:=lerobot)
@@ -27,6 +31,7 @@ Launch arguments (name, default, what):
 Examples:
   ros2 launch rpent so101.launch.py port:=/dev/ttyACM0 robot_id:=my_follower
   ros2 launch rpent so101.launch.py am_backend:=lerobot am_checkpoint:=/models/act_so101
+  ros2 launch rpent so101.launch.py calibration_dir:=$HOME/so101_cal driver_only:=true dashboard:=true
 
 Nodes and parameters come from rpent.bringup, shared with `python -m rpent.start`.
 """

@@ -109,3 +109,28 @@ def test_a_per_robot_file_gives_each_robot_its_own_block(tmp_path):
                                     "run_dir": "/tmp/r"})[0]
     assert robot.params_files[-1] == str(robots), "the per-robot file must come last"
     assert "task_id" not in robot.parameters, "a -p task_id would override the robot's block"
+
+
+def test_a_bench_is_configured_from_launch_arguments(tmp_path):
+    franka = {n.name: n for n in describe("franka", {
+        "run_dir": "/tmp/r", "realtime_mode": "ignore", "relative_dynamics_factor": "0.1",
+        "require_approval": "true", "plan_file": "plan.yaml"})}
+    assert franka["franka"].parameters == {"robot_ip": "172.16.0.2", "realtime_mode": "ignore",
+                                           "relative_dynamics_factor": 0.1,
+                                           "require_approval": True}
+    assert franka["agent"].parameters["plan_file"] == str(Path("plan.yaml").resolve())
+    # Arguments left empty keep what the config file says.
+    plain = describe("franka", {"run_dir": "/tmp/r"})[0]
+    assert plain.parameters == {"robot_ip": "172.16.0.2"}
+    so101 = describe("so101", {"run_dir": "/tmp/r", "calibration_dir": str(tmp_path)})[0]
+    assert so101.parameters["calibration_dir"] == str(tmp_path)
+    with pytest.raises(ValueError, match="relative_dynamics_factor:=fast"):
+        describe("franka", {"run_dir": "/tmp/r", "relative_dynamics_factor": "fast"})
+
+
+def test_driver_only_starts_the_robot_without_agent_or_model():
+    for name in ("franka", "so101"):
+        nodes = describe(name, {"run_dir": "/tmp/r", "driver_only": "true",
+                                "am_backend": "scripted", "dashboard": "true"})
+        assert [n.name for n in nodes] == [name, "foxglove_bridge"]
+        assert not any(n.required for n in nodes)

@@ -19,7 +19,6 @@ from urllib.parse import unquote
 import numpy as np
 import pytest
 from geometry_msgs.msg import PoseStamped
-from rclpy.qos import DurabilityPolicy, HistoryPolicy, QoSProfile, ReliabilityPolicy
 from sensor_msgs.msg import Image, JointState
 from std_msgs.msg import String
 from tf2_msgs.msg import TFMessage
@@ -27,13 +26,17 @@ from tf2_msgs.msg import TFMessage
 from rpent_contract.description import RobotModel, matrix_to_quaternion
 from rpent_contract.geometry import quaternion_to_matrix, rotation_angle
 from rpent_contract.processes import NodeProcess, wait_until
-from rpent_contract.qos import IMAGE_QOS, LATCHED_QOS, STATE_QOS, TF_QOS
+from rpent_contract.qos import IMAGE_QOS, LATCHED_QOS, STATE_QOS, TF_QOS, TF_STATIC_QOS
 
 CONFIG = Path(__file__).resolve().parents[1] / "config"
-# Every robot's latched static transforms, whoever published first.
-TF_STATIC_QOS = QoSProfile(history=HistoryPolicy.KEEP_LAST, depth=100,
-                           reliability=ReliabilityPolicy.RELIABLE,
-                           durability=DurabilityPolicy.TRANSIENT_LOCAL)
+# A camera's calibration as ROS camera_calibration writes it (96 x 72 px).
+CALIBRATION = """image_width: 96
+image_height: 72
+camera_name: cam
+camera_matrix: {rows: 3, cols: 3, data: [80.5, 0.0, 47.0, 0.0, 81.5, 35.0, 0.0, 0.0, 1.0]}
+distortion_model: plumb_bob
+distortion_coefficients: {rows: 1, cols: 5, data: [0.0, 0.0, 0.0, 0.0, 0.0]}
+"""
 # Franka: a wrist camera on the hand, looking along the hand's z axis.
 WRIST = "fr3_hand 0.05 0.0 0.04 0.0 0.0 0.7071068 0.7071068"
 # SO-101: a scene camera fixed in front of the robot, looking back at it.
@@ -155,8 +158,10 @@ def robot(request, rclpy_context, tmp_path_factory):
     from rpent_contract.client import RobotClient
 
     tmp = tmp_path_factory.mktemp(f"tf_{request.param}")
+    (tmp / "calibration.yaml").write_text(CALIBRATION)
     camera = {"camera_sources": [_video(tmp / "camera.avi")], "camera_width": 96,
-              "camera_height": 72}
+              "camera_height": 72, "camera_calibration_files": [str(tmp / "calibration.yaml")],
+              "external_cameras": ["ext"]}
     with contextlib.ExitStack() as stack:
         if request.param == "franka":
             from rpent_hw.franky_sim import SIM_PARAMETERS, FrankySimProcess
@@ -304,10 +309,17 @@ def test_a_silent_arm_stops_at_its_last_measurement(robot):
     ({"robot_description_file": "/nonexistent/arm.urdf"}, "cannot read the robot description"),
     ({"cameras": ["scene"], "camera_sources": ["/dev/null"],
       "camera_extrinsics": ["base_link 0.6 0.0 0.3"]}, "write '<mount frame> x y z qx qy qz qw'"),
+    ({"cameras": ["scene"], "camera_sources": ["/dev/null"],
+      "camera_calibration_files": ["CALIBRATION"]}, "is for 96x72 images, the camera is "
+                                                    "captured at 640x480"),
 ])
 def test_a_model_or_camera_mount_that_does_not_fit_stops_the_node(tmp_path, parameters,
                                                                   expected):
     # Checked before the node opens its port: no servo bus needed.
+    (tmp_path / "calibration.yaml").write_text(CALIBRATION)
+    parameters = {k: [str(tmp_path / "calibration.yaml") if v == "CALIBRATION" else v
+                      for v in value] if isinstance(value, list) else value
+                  for k, value in parameters.items()}
     node = NodeProcess("rpent_hw", "so101_node", {"port": "/nonexistent/tty", **parameters},
                        tmp_path, name="tf_misfit", params_file=str(CONFIG / "so101.yaml"))
     try:
@@ -316,3 +328,38 @@ def test_a_model_or_camera_mount_that_does_not_fit_stops_the_node(tmp_path, para
         code = node.stop()
     log = node.log_path.read_text()
     assert code == 2 and expected in log, log
+
+
+def test_camera_info_comes_from_the_calibration_file(robot):
+    from sensor_msgs.msg import CameraInfo
+
+    from rpent_contract.client import next_message
+
+    info = next_message(robot.client.node, CameraInfo,
+                        f"camera/{robot.cameras[0]}/camera_info", IMAGE_QOS, 10)
+    assert (info.width, info.height) == (96, 72)
+    np.testing.assert_allclose(info.k, [80.5, 0.0, 47.0, 0.0, 81.5, 35.0, 0.0, 0.0, 1.0])
+
+
+def test_a_best_effort_camera_driver_remapped_in_reaches_the_agent(robot):
+    """A camera another driver publishes (best effort, as camera drivers do) is named by
+    the robot and seen by the agent's observer."""
+    from rclpy.qos import qos_profile_sensor_data
+
+    from rpent_agent.observer import RobotObserver
+    from rpent_contract.images import numpy_to_image
+
+    assert list(robot.info.camera_names) == [*robot.cameras, "ext"]
+    node = robot.client.node
+    publisher = node.create_publisher(Image, "camera/ext/image_raw", qos_profile_sensor_data)
+    observer = RobotObserver(node, robot.info.camera_names)
+    frame = np.zeros((24, 32, 3), np.uint8)
+    frame[:, :8] = (200, 10, 10)
+    try:
+        def seen():
+            publisher.publish(numpy_to_image(frame, "rgb8"))
+            return "ext" in observer.frames()
+        wait_until(seen, 10, interval=0.1, what="the external camera's frame")
+        np.testing.assert_array_equal(observer.frames()["ext"], frame)
+    finally:
+        node.destroy_publisher(publisher)

@@ -108,6 +108,14 @@ AGENT_ARGS = (
     Argument("output_dir", "runs", "where run folders are created"),
     Argument("run_dir", "", "use this run folder instead of a new one under output_dir"),
     Argument("mcp_port", "8766", "TCP port of the MCP server (planner:=mcp)"),
+    Argument("plan_file", "", "scripted planner: YAML/JSON list of tool calls to run instead "
+                              "of its pick-and-place heuristic"),
+)
+ARM_ARGS = (
+    Argument("require_approval", "", "true: every motion waits for safety/approve; "
+                                      "empty: the config file's"),
+    Argument("driver_only", "false", "true: only the robot (and dashboard / recorder), no "
+                                     "agent or model; runs until stopped"),
 )
 def model_args(backend: str) -> tuple:
     return (
@@ -220,6 +228,7 @@ def agent_node(args: dict, ns: str, folder: str, model: str, max_steps: str,
                     "max_turns": int(args["max_turns"]), "max_episode_steps": int(max_steps),
                     "output_dir": os.path.abspath(args["output_dir"]), "run_dir": folder,
                     "action_model": model, "perception": perception,
+                    "plan_file": os.path.abspath(args["plan_file"]) if args["plan_file"] else "",
                     "robot_namespace": ns, "run_at_startup": True,
                     "mcp_port": int(args["mcp_port"]), "dashboard_url": dashboard_url(args)},
         required=True)
@@ -249,30 +258,46 @@ def _libero_sim(args: dict) -> list:
             *view_nodes(args, ns, folder)]
 
 
-def _franka(args: dict) -> list:
-    ns = args["namespace"].strip("/")
+def _given(args: dict, convert: dict) -> dict:
+    """Robot parameters from the arguments a user set; an empty one keeps the config's."""
+    given = {}
+    for name, to in convert.items():
+        if args[name] != "":
+            try:
+                given[name] = to(args[name])
+            except ValueError as err:
+                raise ValueError(f"argument {name}:={args[name]}: {err}") from None
+    return given
+
+
+def _arm(args: dict, robot: NodeSpec) -> list:
+    """A real arm's run: the robot, then model, perception and agent unless driver_only."""
+    ns = robot.namespace
     folder = run_dir(args)
-    robot = NodeSpec("rpent_hw", "franka_node", "franka", ns,
-                     params_files=robot_params(args, "franka.yaml"),
-                     parameters={"robot_ip": args["robot_ip"]})
+    if _flag(args["driver_only"]):
+        return [robot, *view_nodes(args, ns, folder)]
     models, model = model_nodes(args, ns)
     eyes, perception = perception_nodes(args, ns, args["perception"])
     return [robot, *models, *eyes,
             agent_node(args, ns, folder, model, args["max_episode_steps"], perception),
             *view_nodes(args, ns, folder)]
+
+
+def _franka(args: dict) -> list:
+    return _arm(args, NodeSpec(
+        "rpent_hw", "franka_node", "franka", args["namespace"].strip("/"),
+        params_files=robot_params(args, "franka.yaml"),
+        parameters={"robot_ip": args["robot_ip"], **_given(args, {
+            "realtime_mode": str, "relative_dynamics_factor": float,
+            "require_approval": _flag})}))
 
 
 def _so101(args: dict) -> list:
-    ns = args["namespace"].strip("/")
-    folder = run_dir(args)
-    robot = NodeSpec("rpent_hw", "so101_node", "so101", ns,
-                     params_files=robot_params(args, "so101.yaml"),
-                     parameters={"port": args["port"], "robot_id": args["robot_id"]})
-    models, model = model_nodes(args, ns)
-    eyes, perception = perception_nodes(args, ns, args["perception"])
-    return [robot, *models, *eyes,
-            agent_node(args, ns, folder, model, args["max_episode_steps"], perception),
-            *view_nodes(args, ns, folder)]
+    return _arm(args, NodeSpec(
+        "rpent_hw", "so101_node", "so101", args["namespace"].strip("/"),
+        params_files=robot_params(args, "so101.yaml"),
+        parameters={"port": args["port"], "robot_id": args["robot_id"], **_given(args, {
+            "calibration_dir": os.path.abspath, "require_approval": _flag})}))
 
 
 def _action_model(args: dict) -> list:
@@ -301,12 +326,20 @@ BRINGUPS = {b.name: b for b in (
                                  "sam3_http | none"), *VIEW_ARGS), _libero_sim),
     Bringup("franka", "a Franka FR3 through franky, action model, agent", (
         Argument("robot_ip", "172.16.0.2", "address of the robot's control unit"),
+        Argument("realtime_mode", "", "enforce (a real FR3: PREEMPT_RT kernel) | ignore "
+                                      "(franky-sim, development); empty: the config file's"),
+        Argument("relative_dynamics_factor", "", "scale of franky's velocity, acceleration "
+                                                 "and jerk, (0, 1]; empty: the config file's"),
+        *ARM_ARGS,
         Argument("max_episode_steps", "1000", "control steps before the episode ends"),
         *AGENT_ARGS, *model_args("none"), *perception_args("none", "sam3_http | none"),
         *VIEW_ARGS), _franka),
     Bringup("so101", "an SO-101 arm through LeRobot, action model, agent", (
         Argument("port", "/dev/ttyACM0", "serial port of the arm's Feetech bus"),
         Argument("robot_id", "so101_follower", "LeRobot robot id (names the calibration file)"),
+        Argument("calibration_dir", "", "folder of <robot_id>.json from lerobot-calibrate; "
+                                        "empty: the config file's (LeRobot's default folder)"),
+        *ARM_ARGS,
         Argument("max_episode_steps", "1000", "control steps before the episode ends"),
         *AGENT_ARGS, *model_args("none"), *perception_args("none", "sam3_http | none"),
         *VIEW_ARGS), _so101),

@@ -10,7 +10,7 @@ from sensor_msgs.msg import Image
 
 from rpent_contract.images import image_to_numpy, to_rgb
 from rpent_contract.processes import wait_until
-from rpent_contract.qos import IMAGE_QOS, LATCHED_QOS, STATE_QOS
+from rpent_contract.qos import CAMERA_SUB_QOS, LATCHED_QOS, STATE_QOS
 from rpent_interfaces.msg import RobotState, TaskStatus
 
 
@@ -33,7 +33,7 @@ class RobotObserver:
             node.create_subscription(RobotState, "robot_state", self._on_state, STATE_QOS),
             node.create_subscription(TaskStatus, "task_status", self._on_task, LATCHED_QOS),
         ] + [node.create_subscription(Image, f"camera/{name}/image_raw",
-                                      lambda msg, n=name: self._on_image(n, msg), IMAGE_QOS)
+                                      lambda msg, n=name: self._on_image(n, msg), CAMERA_SUB_QOS)
              for name in self.camera_names]
 
     def _on_state(self, msg):

@@ -41,7 +41,7 @@ from rpent_contract.control_space import ControlSpaceSpec, array_to_chunk
 from rpent_contract.geometry import pose_from_msg
 from rpent_contract.images import image_to_numpy, to_rgb
 from rpent_contract.node_main import run_node
-from rpent_contract.qos import IMAGE_QOS, STATE_QOS
+from rpent_contract.qos import CAMERA_SUB_QOS, STATE_QOS
 from rpent_contract.robot_node import OBJECT_POSES_SERVICE
 from rpent_contract.serving import action_server, service
 from rpent_contract.validation import GoalRejected, check_chunk, check_timeout
@@ -160,7 +160,7 @@ class LatestObservation:
         self.state_topic = _ns(namespace, "robot_state")
         topics = [(RobotState, self.state_topic, self._on_state, STATE_QOS)] + [
             (Image, _ns(namespace, f"camera/{cam}/image_raw"),
-             lambda msg, cam=cam: self._on_image(cam, msg), IMAGE_QOS) for cam in cameras]
+             lambda msg, cam=cam: self._on_image(cam, msg), CAMERA_SUB_QOS) for cam in cameras]
         self._subs = hub.subscribe(topics)
         self.namespace = namespace
         self.users = 0

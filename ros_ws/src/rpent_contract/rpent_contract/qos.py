@@ -11,6 +11,13 @@ IMAGE_QOS = QoSProfile(
     history=HistoryPolicy.KEEP_LAST, depth=2,
     reliability=ReliabilityPolicy.RELIABLE, durability=DurabilityPolicy.VOLATILE,
 )
+# What consumers of camera streams subscribe with: best effort matches both the reliable
+# topics robot nodes publish and camera drivers that publish best effort (the sensor-data
+# QoS of usb_cam, realsense2_camera ...), which a reliable subscription never receives.
+CAMERA_SUB_QOS = QoSProfile(
+    history=HistoryPolicy.KEEP_LAST, depth=2,
+    reliability=ReliabilityPolicy.BEST_EFFORT, durability=DurabilityPolicy.VOLATILE,
+)
 # Latched: a late subscriber (the agent, a recorder) still learns the current task.
 LATCHED_QOS = QoSProfile(
     history=HistoryPolicy.KEEP_LAST, depth=1,

@@ -133,6 +133,11 @@ class RobotContractNode(Node):
         self.move_to_timeout = d(
             "move_to_timeout", 30.0, "Default move_to budget in seconds of robot time",
             params.positive)
+        self.external_cameras = [n for n in d(
+            "external_cameras", [""],
+            "Cameras another driver publishes (realsense2_camera, usb_cam ...), its topics "
+            "remapped onto camera/<name>/image_raw and camera_info: listed in get_robot_info "
+            "so the agent and models use them; [''] = none") if n]
         self.publish_rate = d(
             "publish_rate", 0.0, "Rate of state and camera topics in Hz; 0 = the control rate",
             params.non_negative)
@@ -856,7 +861,8 @@ class RobotContractNode(Node):
         response.control_spaces = [s.to_msg() for s in desc.control_spaces]
         response.default_control_space = desc.control_spaces[0].name
         response.joint_names = list(desc.joint_names)
-        response.camera_names = list(desc.camera_names)
+        response.camera_names = list(desc.camera_names) + [
+            n for n in self.external_cameras if n not in desc.camera_names]
         (response.workspace_min.x, response.workspace_min.y,
          response.workspace_min.z) = (float(v) for v in self.workspace.lower)
         (response.workspace_max.x, response.workspace_max.y,

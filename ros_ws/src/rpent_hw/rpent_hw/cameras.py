@@ -1,9 +1,11 @@
 """USB / RealSense (UVC) cameras through OpenCV, each captured on a thread of its own.
 
 A source is a device index ("0"), a device path ("/dev/video2"), a URL, or a video file
-(played in a loop, which is how the tests feed a camera). Cameras run by their own ROS
-driver (realsense2_camera, usb_cam) need nothing here: remap their topics onto
-``camera/<name>/image_raw`` in the launch file instead.
+(played in a loop, which is how the tests feed a camera). Intrinsics come from a ROS
+camera_calibration file (``camera_calibration_files``) or, without one, from the field of
+view. Cameras run by their own ROS driver (realsense2_camera, usb_cam) need nothing here:
+remap their topics onto ``camera/<name>/image_raw`` and ``camera_info`` and name them in the
+robot's ``external_cameras``.
 """
 from __future__ import annotations
 
@@ -21,8 +23,9 @@ from rpent_contract.driver import CameraImage
 class OpenCVCamera:
     """Latest frame of one capture source as an upright RGB :class:`CameraImage`."""
 
-    def __init__(self, name: str, source: str, width: int, height: int, fov_deg: float,
+    def __init__(self, name: str, source: str, width: int, height: int, intrinsics: tuple,
                  rate: float):
+        """``intrinsics``: (fx, fy, cx, cy) in pixels of the width x height image."""
         self.name = name
         target = int(source) if source.isdigit() else source
         self._cap = cv2.VideoCapture(target)
@@ -32,8 +35,7 @@ class OpenCVCamera:
         self._is_file = not source.isdigit() and not source.startswith("/dev/") \
             and "://" not in source
         self._size = (width, height)
-        fx = width / (2.0 * math.tan(math.radians(fov_deg) / 2.0))
-        self._intrinsics = (fx, fx, width / 2.0, height / 2.0)
+        self._intrinsics = tuple(float(v) for v in intrinsics)
         self._period = 1.0 / rate
         self._latest: Optional[CameraImage] = None
         self._lock = threading.Lock()
@@ -69,9 +71,32 @@ class OpenCVCamera:
         self._cap.release()
 
 
+def load_calibration(path: str, width: int, height: int) -> tuple:
+    """(fx, fy, cx, cy) from a ROS camera_calibration YAML (what ``cameracalibrator`` and
+    camera_info_manager write), checked against the image size it will be used at."""
+    import yaml
+
+    try:
+        data = yaml.safe_load(open(path))
+        size = (int(data["image_width"]), int(data["image_height"]))
+        k = [float(v) for v in data["camera_matrix"]["data"]]
+    except (OSError, yaml.YAMLError, KeyError, TypeError, ValueError) as err:
+        raise ValueError(f"camera calibration {path}: cannot read image_width, image_height "
+                         f"and camera_matrix.data ({err}); give the YAML file that ROS "
+                         "camera_calibration writes") from None
+    if len(k) != 9 or not all(math.isfinite(v) for v in k) or k[0] <= 0 or k[4] <= 0:
+        raise ValueError(f"camera calibration {path}: camera_matrix.data must be 9 finite "
+                         "numbers (row-major K) with positive focal lengths")
+    if size != (width, height):
+        raise ValueError(f"camera calibration {path} is for {size[0]}x{size[1]} images, the "
+                         f"camera is captured at {width}x{height}: set camera_width / "
+                         "camera_height to the calibrated size, or recalibrate")
+    return k[0], k[4], k[2], k[5]
+
+
 def declare_cameras(d) -> dict:
     """Declare a robot node's OpenCV camera parameters (``d``: rpent_contract.params.declare
-    bound to the node); return name -> (source, width, height, horizontal fov in degrees)."""
+    bound to the node); return name -> (source, width, height, (fx, fy, cx, cy))."""
     from rpent_contract.params import ParameterError
 
     names = d("cameras", [""], "OpenCV camera names (camera/<name>/image_raw); [''] = none")
@@ -85,9 +110,27 @@ def declare_cameras(d) -> dict:
               lambda v: None if 16 <= v <= 4096 else "must be in [16, 4096]")
     height = d("camera_height", 480, "Camera image height, px",
                lambda v: None if 16 <= v <= 4096 else "must be in [16, 4096]")
-    fov = d("camera_fov_deg", 69.0, "Horizontal field of view for the intrinsics, degrees",
+    fov = d("camera_fov_deg", 69.0, "Horizontal field of view for the intrinsics of cameras "
+            "without a calibration file, degrees",
             lambda v: None if 1 < v < 179 else "must be in (1, 179)")
-    return {n: (s, width, height, fov) for n, s in zip(names, sources)}
+    files = [f for f in d("camera_calibration_files", [""],
+                          "Per camera, in the order of cameras: a ROS camera_calibration "
+                          "YAML, or '-' for intrinsics from camera_fov_deg; [''] = none")
+             if f]
+    if files and len(files) != len(names):
+        raise ParameterError(f"camera_calibration_files has {len(files)} entries for cameras "
+                             f"{names}: give one per camera ('-' for none), in the same order")
+    fx = width / (2.0 * math.tan(math.radians(fov) / 2.0))
+    from_fov = (fx, fx, width / 2.0, height / 2.0)
+    cameras = {}
+    for i, (name, source) in enumerate(zip(names, sources)):
+        path = files[i] if files else "-"
+        try:
+            intrinsics = from_fov if path == "-" else load_calibration(path, width, height)
+        except ValueError as err:
+            raise ParameterError(f"camera '{name}': {err}") from None
+        cameras[name] = (source, width, height, intrinsics)
+    return cameras
 
 
 def declare_camera_mounts(d, cameras, base_frame: str, log) -> dict:

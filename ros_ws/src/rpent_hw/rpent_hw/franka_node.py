@@ -144,8 +144,9 @@ class FrankaDriver(RobotDriver):
                              "FCI is enabled in Desk (or franky-sim is running), and that no "
                              "other client holds the robot") from None
         try:
-            for name, (source, width, height, fov) in cameras.items():
-                self._cameras[name] = OpenCVCamera(name, source, width, height, fov, control_rate)
+            for name, (source, width, height, intrinsics) in cameras.items():
+                self._cameras[name] = OpenCVCamera(name, source, width, height, intrinsics,
+                                                   control_rate)
         except ValueError:
             self.close()
             raise

@@ -216,8 +216,9 @@ class SO101Driver(RobotDriver):
         self._cameras: dict[str, OpenCVCamera] = {}
         self.cycle_times: list[float] = []  # s per read+write cycle, for the bench
         try:
-            for name, (source, width, height, fov) in cameras.items():
-                self._cameras[name] = OpenCVCamera(name, source, width, height, fov, control_rate)
+            for name, (source, width, height, intrinsics) in cameras.items():
+                self._cameras[name] = OpenCVCamera(name, source, width, height, intrinsics,
+                                                   control_rate)
             self._present = self._read_present()
             self._present_ns = time.time_ns()  # when _present was read
         except Exception:
