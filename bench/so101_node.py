@@ -39,18 +39,16 @@ def percentiles(values_s) -> str:
 def driver_cycles(port: str, cal_dir: str, seconds: float, rate: float):
     from rpent_contract.validation import Workspace
     from rpent_hw.safety import ApprovalGate, SafetyLayer, SafetyLimits
-    from rpent_hw.so101_node import SO101Driver
+    from rpent_hw.so101_node import SO101Driver, SO101Settings
 
     limits = SafetyLimits(Workspace((0.1, -0.3, 0.02), (0.42, 0.3, 0.35)), 0.01, 0.15, 0.3, 1.6)
-    driver = SO101Driver(
+    driver = SO101Driver(SO101Settings(
         port=port, robot_id="bench", calibration_dir=cal_dir, control_rate=rate,
-        max_relative_target=0.0,
-        spaces_args=dict(max_translation_step=0.01, max_rotation_step=0.15,
-                         frame_id="base_link"),
-        safety=SafetyLayer(limits), approval=ApprovalGate(False, 1.0),
-        home=[0.0, -30.0, 30.0, 60.0, 0.0, 50.0], max_joint_step=4.0, ik_tolerance=0.005,
+        max_relative_target=0.0, max_translation_step=0.01, max_rotation_step=0.15,
+        frame_id="base_link", safety=SafetyLayer(limits), approval=ApprovalGate(False, 1.0),
+        home=(0.0, -30.0, 30.0, 60.0, 0.0, 50.0), max_joint_step=4.0, ik_tolerance=0.005,
         gripper_max_width=0.07, settle_timeout=3.0, disable_torque_on_exit=True,
-        instruction="", cameras={}, log=logging.getLogger("so101"))
+        instruction="", cameras={}), logging.getLogger("so101"))
     try:
         driver.hold()
         driver._command(np.array([0.0, -30.0, 30.0, 60.0, 0.0, 50.0]))  # writes every cycle

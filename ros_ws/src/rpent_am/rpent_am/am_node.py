@@ -103,8 +103,12 @@ class ObservationHub:
     """
 
     def __init__(self, owner: Node):
-        self.node = rclpy.create_node(f"{owner.get_name()}_observations",
-                                      namespace=owner.get_namespace(), context=owner.context)
+        name = f"{owner.get_name()}_observations"
+        # A name rule of its own: a launch file's process-wide __node:= rule would otherwise
+        # give this node the model node's name (and rosout its "already registered" warning).
+        self.node = rclpy.create_node(name, namespace=owner.get_namespace(),
+                                      context=owner.context,
+                                      cli_args=["--ros-args", "-r", f"__node:={name}"])
         self._executor = SingleThreadedExecutor(context=owner.context)
         self._executor.add_node(self.node)
         self._lock = threading.Lock()

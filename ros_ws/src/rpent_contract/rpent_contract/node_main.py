@@ -23,6 +23,16 @@ def run_node(make_node: Callable, *, name: str, args=None, num_threads: int = 1,
         print(f"[{name}] cannot start: {err}", file=sys.stderr)
         rclpy.try_shutdown()
         return 2
+    except (KeyboardInterrupt, ExternalShutdownException):
+        rclpy.try_shutdown()
+        return 0
+    except Exception:
+        if rclpy.ok():
+            raise
+        # Ctrl-C or SIGTERM while still starting (waiting for a robot, loading a model): what
+        # failed is that wait on a shut-down context, not the node.
+        print(f"[{name}] stopped while starting", file=sys.stderr)
+        return 0
     executor = (MultiThreadedExecutor(num_threads=num_threads) if num_threads > 1
                 else SingleThreadedExecutor())
     executor.add_node(node)

@@ -322,6 +322,14 @@ class RobotContractNode(Node):
 
     # --- publishing ----------------------------------------------------------------------
     def _publish_state(self) -> None:
+        try:
+            self._publish_measurement()
+        except Exception:
+            if self.context.ok():
+                raise
+            # Shut down (Ctrl-C) under a tick: its publishers are gone, nothing is lost.
+
+    def _publish_measurement(self) -> None:
         """Everything stamped with the time the state was measured. A measurement older than
         state_timeout is not republished as if it were current: robot_state says so (keeping
         that time) and the other topics wait for a new one."""

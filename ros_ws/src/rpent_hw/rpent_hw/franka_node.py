@@ -26,7 +26,7 @@ from __future__ import annotations
 import importlib.util
 import threading
 import time
-import uuid
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
@@ -43,15 +43,15 @@ from rpent_contract.driver import (
     RobotDescription,
     RobotDriver,
     RobotSnapshot,
-    TaskInfo,
 )
 from rpent_contract.geometry import rotation_angle
 from rpent_contract.robot_node import spin_robot_node
 from rpent_contract.validation import GoalRejected
 
+from .arm_driver import ArmDriver, ArmSettings, ee_delta_space
 from .arm_node import ArmNode
-from .cameras import OpenCVCamera, declare_camera_mounts, declare_cameras
-from .safety import ApprovalGate, SafetyLayer, Watchdog, declare_approval_gate
+from .cameras import declare_camera_mounts, declare_cameras
+from .safety import SafetyLayer, declare_approval_gate
 
 ARM_JOINTS = tuple(f"fr3_joint{i}" for i in range(1, 8))
 FINGER_JOINTS = ("fr3_finger_joint1", "fr3_finger_joint2")
@@ -68,102 +68,88 @@ class RobotFault(RuntimeError):
     """The robot failed during a motion; the message says what happened and what next."""
 
 
-def _gripper_column(description: str) -> str:
-    return description + " Last column: gripper, -1 opens, +1 closes (grasps), 0 keeps."
-
-
 def make_control_spaces(max_translation_step: float, max_rotation_step: float,
                         max_joint_step: float, frame_id: str) -> list[ControlSpaceSpec]:
-    t, r = max_translation_step, max_rotation_step
     return [
-        ControlSpaceSpec(
-            name="ee_delta", relative=True, frame_id=frame_id,
-            labels=("dx", "dy", "dz", "drx", "dry", "drz", "gripper"),
-            units=("m", "m", "m", "rad", "rad", "rad", "1"),
-            lower=(-t, -t, -t, -r, -r, -r, -1.0), upper=(t, t, t, r, r, r, 1.0),
-            step_scale=(1.0,) * 6,
-            description=_gripper_column(
-                "End-effector pose delta per control step in the base frame: translation in "
-                "m, then a rotation vector in rad about the end effector.")),
+        ee_delta_space(max_translation_step, max_rotation_step, frame_id),
         ControlSpaceSpec(
             name="joint_position", relative=False,
             labels=tuple(f"q{i}" for i in range(1, 8)) + ("gripper",),
             units=("rad",) * 7 + ("1",),
             lower=JOINT_LOWER + (-1.0,), upper=JOINT_UPPER + (1.0,),
             max_step_change=(max_joint_step,) * 7 + (2.0,),
-            description=_gripper_column("Absolute FR3 joint position targets in rad.")),
+            description="Absolute FR3 joint position targets in rad. Last column: gripper, "
+                        "-1 opens, +1 closes (grasps), 0 keeps."),
     ]
 
 
-class FrankaDriver(RobotDriver):
-    """An FR3 (or franky-sim) through franky; a thread keeps the latest state."""
+@dataclass(frozen=True)
+class FrankaSettings(ArmSettings):
+    host: str  # FCI address
+    gripper: bool  # a Franka Hand is fitted
+    realtime: str  # "enforce" (PREEMPT_RT kernel) or "ignore"
+    dynamics_factor: float  # franky relative dynamics of every motion, (0, 1]
+    state_rate: float  # Hz the state is read at
+    spaces: tuple  # ControlSpaceSpecs
+    home_joints: tuple  # rad, where reset goes
+    settle_velocity: float  # rad/s below which a motion has ended
+    gripper_speed: float  # m/s
+    gripper_force: float  # N when a goal gives none
 
-    def __init__(self, *, host: str, gripper: bool, realtime: str, dynamics_factor: float,
-                 control_rate: float, state_rate: float, spaces, safety: SafetyLayer, approval: ApprovalGate,
-                 home_joints, instruction: str, settle_velocity: float, settle_timeout: float,
-                 gripper_speed: float, gripper_force: float, cameras: dict, log):
+
+class FrankaDriver(ArmDriver):
+    """An FR3 (or franky-sim) through franky; a thread keeps the latest state. A chunk's
+    hand-over target is (position, quaternion)."""
+
+    embodiment = "franka_fr3"
+
+    def __init__(self, settings: FrankaSettings, log):
         import franky
 
+        super().__init__(settings, log)
         self._franky = franky
-        self._host = host
-        self._use_gripper = gripper
-        self._realtime = (franky.RealtimeConfig.Enforce if realtime == "enforce"
+        self._host = settings.host
+        self._use_gripper = settings.gripper
+        self._realtime = (franky.RealtimeConfig.Enforce if settings.realtime == "enforce"
                           else franky.RealtimeConfig.Ignore)
-        self._dynamics = safety.dynamics_factor(dynamics_factor)
-        self._period = 1.0 / control_rate
-        self._state_period = 1.0 / state_rate
-        self.safety, self.approval = safety, approval
-        self._home = np.asarray(home_joints, dtype=np.float64)
-        self._instruction = instruction
-        self._settle_velocity, self._settle_timeout = settle_velocity, settle_timeout
-        self._gripper_speed, self._gripper_force = gripper_speed, gripper_force
-        self._log = log
+        self._dynamics = self.safety.dynamics_factor(settings.dynamics_factor)
+        self._state_period = 1.0 / settings.state_rate
+        self._home = np.asarray(settings.home_joints, dtype=np.float64)
+        self._settle_velocity = settings.settle_velocity
+        self._gripper_speed, self._gripper_force = settings.gripper_speed, settings.gripper_force
         self._description = RobotDescription(
-            embodiment="franka_fr3", simulated=False,
-            joint_names=list(ARM_JOINTS) + (list(FINGER_JOINTS) if gripper else []),
-            camera_names=list(cameras), control_spaces=spaces, control_rate=control_rate,
-            gripper_max_width=GRIPPER_MAX_WIDTH if gripper else 0.0)
+            embodiment=self.embodiment, simulated=False,
+            joint_names=list(ARM_JOINTS) + (list(FINGER_JOINTS) if settings.gripper else []),
+            camera_names=list(settings.cameras), control_spaces=list(settings.spaces),
+            control_rate=settings.control_rate,
+            gripper_max_width=GRIPPER_MAX_WIDTH if settings.gripper else 0.0)
 
-        self._lock = threading.Lock()  # state, connection and fault fields
         self._cmd_lock = threading.RLock()  # one command to the arm at a time
         self._sample = threading.Condition(self._lock)
         self._robot = self._gripper = None
-        self._fault = ""  # a fault that needs reset (recovery failed / connection lost)
-        self._notice = ""  # last fault, shown until the next goal starts
-        self._episode_id, self._episode_step = uuid.uuid4().hex[:12], 0
-        self._active_motion: Optional[Motion] = None
-        # Where a chunk that handed over left its target (position, quaternion): the next
-        # chunk's deltas continue from there rather than from the lagging measured pose.
-        self._handover: Optional[tuple] = None
         self._gripper_closed: Optional[bool] = None
-        self._cameras: dict[str, OpenCVCamera] = {}
         try:
             self._connect()
         except Exception as err:
-            raise ValueError(f"cannot reach the Franka at {host}: {err}. Check robot_ip, that "
-                             "FCI is enabled in Desk (or franky-sim is running), and that no "
-                             "other client holds the robot") from None
+            raise ValueError(f"cannot reach the Franka at {self._host}: {err}. Check robot_ip, "
+                             "that FCI is enabled in Desk (or franky-sim is running), and that "
+                             "no other client holds the robot") from None
         try:
-            for name, (source, width, height, intrinsics) in cameras.items():
-                self._cameras[name] = OpenCVCamera(name, source, width, height, intrinsics,
-                                                   control_rate)
+            self._open_cameras()
         except ValueError:
             self.close()
             raise
         self._latest = self._read_state()
         # Joint-space chunks are held to the same Cartesian limits via franky's kinematics.
-        safety.forward_kinematics = self.forward_kinematics
+        self.safety.forward_kinematics = self.forward_kinematics
         home_position, _ = self.forward_kinematics(self._home)
-        why = safety.limits.workspace.violation(home_position)
+        why = self.safety.limits.workspace.violation(home_position)
         if why:
             self.close()
             raise ValueError(f"home_joints put the end effector at "
                              f"{np.round(home_position, 3).tolist()} m, {why}: choose a home "
                              "pose inside workspace_min/workspace_max")
-        self.watchdog = Watchdog(safety.limits.watchdog_timeout, self._watchdog_expired)
-        self._closed = threading.Event()
-        self._reader = threading.Thread(target=self._read_loop, name="franka-state", daemon=True)
-        self._reader.start()
+        self._start(self._read_loop, "franka-state")
 
     # --- connection and state ----------------------------------------------------------
     def _connect(self) -> None:
@@ -207,24 +193,14 @@ class FrankaDriver(RobotDriver):
 
     def _snapshot(self, q, dq, position, quat, width, errors, stamp_ns: int) -> RobotSnapshot:
         fingers = [width / 2.0, width / 2.0] if self._use_gripper else []
-        with self._lock:
-            errors = list(errors) + [e for e in (self._fault, self._notice) if e]
-            step, episode = self._episode_step, self._episode_id
-        images = {}
-        for name, cam in self._cameras.items():
-            frame = cam.latest()
-            if frame is not None:
-                images[name] = frame
-            if cam.error:
-                errors.append(cam.error)
+        errors, images, step, task = self._status(errors)
         return RobotSnapshot(
             joint_names=self._description.joint_names,
             joint_positions=np.concatenate([q, fingers]),
             joint_velocities=np.concatenate([dq, [0.0] * len(fingers)]),
             ee_position=np.asarray(position, float), ee_orientation=np.asarray(quat, float),
             gripper_width=width, episode_step=step, errors=errors, images=images,
-            task=TaskInfo(instruction=self._instruction, episode_id=episode,
-                          task_name="franka_fr3"), stamp_ns=stamp_ns)
+            task=task, stamp_ns=stamp_ns)
 
     def _read_loop(self) -> None:
         """Keep the latest state at the control rate; reconnect while the robot is lost."""
@@ -434,11 +410,8 @@ class FrankaDriver(RobotDriver):
             self._halt(robot)
 
     def reset(self, request: ResetRequest, motion: Motion) -> Optional[RobotSnapshot]:
-        if request.suite or request.task_id >= 0 or request.seed >= 0 \
-                or request.init_state_index >= 0:
-            raise ValueError("a real Franka has no task list, suite, seed or recorded initial "
-                             "states: call reset with no arguments (it recovers from errors and "
-                             "moves the arm to home_joints)")
+        self._refuse_task_fields(request, "it recovers from errors and moves the arm to "
+                                          "home_joints")
         if self._robot is None:
             raise RobotFault(self._fault or "not connected to the robot")
         robot = self._robot
@@ -469,36 +442,23 @@ class FrankaDriver(RobotDriver):
             self._halt(robot)
             return None
         self._settle(time.monotonic() + self._settle_timeout, motion)
-        with self._lock:
-            self._episode_id, self._episode_step = uuid.uuid4().hex[:12], 0
+        self._new_episode()
         return self._next_sample(1.0)
 
     def close(self) -> None:
-        if hasattr(self, "_closed"):
-            self._closed.set()
-            self._reader.join(2.0)
-            self.watchdog.close()
-        for cam in self._cameras.values():
-            cam.close()
+        super().close()
         with self._lock:
             self._robot = self._gripper = None
 
     # --- motion helpers ------------------------------------------------------------------
     def _begin(self, motion: Motion):
         """The robot for a new motion, or a refusal saying why there is none."""
-        with self._lock:
-            robot, fault = self._robot, self._fault
-            self._notice = ""
-            self._active_motion = motion
-            self._handover = None
+        fault, robot = self._claim(motion), self._robot
         if robot is None:
             raise GoalRejected(fault or f"not connected to the Franka at {self._host}")
         if fault:
             raise GoalRejected(f"{fault}")
         return robot
-
-    def _approve(self, what: str, motion: Motion) -> None:
-        self.approval.request(what, lambda: motion.stopped)
 
     def _tick(self, t_next: float, motion: Optional[Motion] = None) -> float:
         """Wait out the control period (less when ``motion`` is stopped meanwhile: a
@@ -587,16 +547,6 @@ class FrankaDriver(RobotDriver):
             quiet = quiet + 1 if speed < self._settle_velocity else 0
             prev = snap
 
-    def _watchdog_expired(self, reason: str) -> None:
-        with self._lock:
-            motion, robot = self._active_motion, self._robot
-            self._notice = reason
-        self._log.error(reason)
-        if motion is not None:
-            motion.stop(reason)
-        if robot is not None:
-            self._halt(robot)
-
     def _on_fault(self, err: Exception, label: str) -> str:
         """Report a failure during a motion; recover automatically once."""
         franky = self._franky
@@ -677,7 +627,7 @@ class FrankaNode(ArmNode):
         host = d("robot_ip", "172.16.0.2", "Franka control (FCI) address",
                  lambda v: None if v else "must not be empty")
         safety_layer = SafetyLayer(limits)
-        driver = FrankaDriver(
+        driver = FrankaDriver(FrankaSettings(
             host=host,
             gripper=d("gripper", True, "Use the Franka Hand"),
             realtime=d("realtime_mode", "enforce",
@@ -689,13 +639,13 @@ class FrankaNode(ArmNode):
             control_rate=rate,
             # State is read as often as it is published (publish_rate 0 = the control rate).
             state_rate=max(rate, self.publish_rate),
-            spaces=make_control_spaces(
+            spaces=tuple(make_control_spaces(
                 self.max_translation_step, self.max_rotation_step,
                 d("max_joint_step", 0.05, "Largest joint change per step of joint_position, rad",
-                  params.positive), self.base_frame),
+                  params.positive), self.base_frame)),
             safety=safety_layer, approval=approval,
-            home_joints=d("home_joints", [0.0, 0.0, 0.0, -1.57, 0.0, 1.57, 0.785],
-                          "Joint configuration reset moves to, rad", _home_check),
+            home_joints=tuple(d("home_joints", [0.0, 0.0, 0.0, -1.57, 0.0, 1.57, 0.785],
+                                "Joint configuration reset moves to, rad", _home_check)),
             instruction=d("instruction", "", "Task instruction published on task_status"),
             settle_velocity=d("settle_velocity", 1e-3,
                               "A motion ends once every joint is slower than this, rad/s",
@@ -706,8 +656,7 @@ class FrankaNode(ArmNode):
             gripper_force=d("gripper_force", 20.0, "Grasp force when a goal gives none, N",
                             lambda v: None if 0 < v <= GRIPPER_MAX_FORCE
                             else f"must be in (0, {GRIPPER_MAX_FORCE:g}] N"),
-            cameras=cameras,
-            log=self.get_logger())
+            cameras=cameras), self.get_logger())
         return driver
 
 

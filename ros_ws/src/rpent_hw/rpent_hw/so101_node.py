@@ -42,7 +42,7 @@ from __future__ import annotations
 import math
 import threading
 import time
-import uuid
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
@@ -59,19 +59,17 @@ from rpent_contract.driver import (
     RobotDescription,
     RobotDriver,
     RobotSnapshot,
-    TaskInfo,
 )
 from rpent_contract.geometry import rotation_angle
 from rpent_contract.robot_node import spin_robot_node
 from rpent_contract.validation import GoalRejected
 
+from .arm_driver import ArmDriver, ArmSettings, ee_delta_space
 from .arm_node import ArmNode
-from .cameras import OpenCVCamera, declare_camera_mounts, declare_cameras
+from .cameras import declare_camera_mounts, declare_cameras
 from .safety import (
-    ApprovalGate,
     SafetyLayer,
     SafetyRejected,
-    Watchdog,
     declare_approval_gate,
 )
 from .so101_kinematics import ARM_JOINTS, GRIPPER_JOINT, SO101Kinematics, model_path
@@ -89,18 +87,9 @@ class RobotFault(RuntimeError):
 def make_control_spaces(max_translation_step: float, max_rotation_step: float,
                         max_joint_step: float, lower_deg, upper_deg,
                         frame_id: str) -> list[ControlSpaceSpec]:
-    t, r = max_translation_step, max_rotation_step
     return [
-        ControlSpaceSpec(
-            name="ee_delta", relative=True, frame_id=frame_id,
-            labels=("dx", "dy", "dz", "drx", "dry", "drz", "gripper"),
-            units=("m", "m", "m", "rad", "rad", "rad", "1"),
-            lower=(-t, -t, -t, -r, -r, -r, -1.0), upper=(t, t, t, r, r, r, 1.0),
-            step_scale=(1.0,) * 6,
-            description="End-effector pose delta per control step in the base frame: "
-                        "translation in m, then a rotation vector in rad about the end "
-                        "effector (a 5-joint arm follows rotations as closely as it can). "
-                        "Last column: gripper, -1 opens, +1 closes, 0 keeps."),
+        ee_delta_space(max_translation_step, max_rotation_step, frame_id,
+                       " (a 5-joint arm follows rotations as closely as it can)"),
         ControlSpaceSpec(
             name="joint_position", relative=False, labels=ACTION_KEYS,
             units=("deg",) * 5 + ("percent",),
@@ -160,65 +149,67 @@ def connect_follower(port: str, robot_id: str, calibration_dir: str, max_relativ
     return robot
 
 
-class SO101Driver(RobotDriver):
-    """An SO-101 through LeRobot; one thread does every bus transfer at the control rate."""
+@dataclass(frozen=True)
+class SO101Settings(ArmSettings):
+    port: str  # serial port of the servo bus
+    robot_id: str  # names the calibration file <calibration_dir>/<robot_id>.json
+    calibration_dir: str  # '' = LeRobot's default folder
+    max_relative_target: float  # deg: LeRobot's per-write clip, 0 = off
+    max_translation_step: float  # m per step of ee_delta
+    max_rotation_step: float  # rad per step of ee_delta
+    frame_id: str  # base frame of ee_delta
+    home: tuple  # reset pose: five joints in degrees, gripper 0-100
+    max_joint_step: float  # deg per control step of any motion
+    ik_tolerance: float  # m: Cartesian targets the IK misses by more are refused
+    gripper_max_width: float  # m at gripper 100
+    disable_torque_on_exit: bool
 
-    def __init__(self, *, port: str, robot_id: str, calibration_dir: str, control_rate: float,
-                 max_relative_target: float, spaces_args: dict, safety: SafetyLayer,
-                 approval: ApprovalGate, home, max_joint_step: float, ik_tolerance: float,
-                 gripper_max_width: float, settle_timeout: float,
-                 disable_torque_on_exit: bool, instruction: str, cameras: dict, log):
-        self._port, self._log = port, log
-        self._period = 1.0 / control_rate
-        self.safety, self.approval = safety, approval
-        self._max_joint_step = math.radians(max_joint_step)
-        self._ik_tolerance = ik_tolerance
-        self._gripper_max_width = gripper_max_width
-        self._settle_timeout = settle_timeout
-        self._instruction = instruction
+
+class SO101Driver(ArmDriver):
+    """An SO-101 through LeRobot; one thread does every bus transfer at the control rate. A
+    chunk's hand-over target is its last row in LeRobot units."""
+
+    embodiment = "so101_follower"
+
+    def __init__(self, settings: SO101Settings, log):
+        super().__init__(settings, log)
+        self._port = settings.port
+        self._max_joint_step = math.radians(settings.max_joint_step)
+        self._ik_tolerance = settings.ik_tolerance
+        self._gripper_max_width = settings.gripper_max_width
         self.kin = SO101Kinematics()
-        self._robot = connect_follower(port, robot_id, calibration_dir,
-                                       max_relative_target or None)
-        self._robot.config.disable_torque_on_disconnect = disable_torque_on_exit
+        self._robot = connect_follower(settings.port, settings.robot_id,
+                                       settings.calibration_dir,
+                                       settings.max_relative_target or None)
+        self._robot.config.disable_torque_on_disconnect = settings.disable_torque_on_exit
         # Joint limits: the model's, narrowed to what the calibration lets the servos reach.
         cal = self._robot.calibration
         cal_lo = np.array([(cal[m].range_min - cal[m].range_max) / 2 / STEPS_PER_DEGREE
                            for m in ARM_JOINTS])
         self.kin.lower = np.maximum(self.kin.lower, np.radians(cal_lo))
         self.kin.upper = np.minimum(self.kin.upper, np.radians(-cal_lo))
-        self._home = np.asarray(home, float)
+        self._home = np.asarray(settings.home, float)
         home_q = np.radians(self._home[:5])
         if np.any(home_q < self.kin.lower) or np.any(home_q > self.kin.upper):
             self._robot.disconnect()
             raise ValueError(f"home {self._home[:5].tolist()} deg is outside the joint limits "
                              f"{np.degrees(self.kin.lower).round(1).tolist()} .. "
                              f"{np.degrees(self.kin.upper).round(1).tolist()} deg")
-        self.spaces = make_control_spaces(lower_deg=np.degrees(self.kin.lower),
-                                          upper_deg=np.degrees(self.kin.upper),
-                                          max_joint_step=max_joint_step, **spaces_args)
+        self.spaces = make_control_spaces(
+            settings.max_translation_step, settings.max_rotation_step,
+            settings.max_joint_step, np.degrees(self.kin.lower), np.degrees(self.kin.upper),
+            settings.frame_id)
         self._description = RobotDescription(
-            embodiment="so101_follower", simulated=False, joint_names=list(MOTORS),
-            camera_names=list(cameras), control_spaces=self.spaces,
-            control_rate=control_rate, gripper_max_width=gripper_max_width)
+            embodiment=self.embodiment, simulated=False, joint_names=list(MOTORS),
+            camera_names=list(settings.cameras), control_spaces=self.spaces,
+            control_rate=settings.control_rate, gripper_max_width=settings.gripper_max_width)
 
-        self._lock = threading.Lock()  # target, state and fault fields
         self._cycle = threading.Condition(self._lock)
         self._cycles = 0
         self._target: Optional[np.ndarray] = None  # LeRobot units; None = write nothing
-        self._fault = ""  # servos not answering: motions refused until they answer again
-        self._notice = ""  # last failure, shown until the next goal starts
-        self._episode_id, self._episode_step = uuid.uuid4().hex[:12], 0
-        self._active_motion: Optional[Motion] = None
-        # The last row (LeRobot units) of a chunk that handed over: the servos are still
-        # heading there, and the next chunk continues from it rather than from the
-        # lagging present position.
-        self._handover: Optional[np.ndarray] = None
-        self._cameras: dict[str, OpenCVCamera] = {}
         self.cycle_times: list[float] = []  # s per read+write cycle, for the bench
         try:
-            for name, (source, width, height, intrinsics) in cameras.items():
-                self._cameras[name] = OpenCVCamera(name, source, width, height, intrinsics,
-                                                   control_rate)
+            self._open_cameras()
             self._present = self._read_present()
             self._present_ns = time.time_ns()  # when _present was read
         except Exception:
@@ -229,12 +220,9 @@ class SO101Driver(RobotDriver):
         # paths were checked as Cartesian targets before the IK and only need the joint
         # checks (their poses differ from the targets by the IK residual or, for
         # orientations a 5-joint arm cannot take, by more).
-        self._joint_safety = SafetyLayer(safety.limits)
-        safety.forward_kinematics = self.kin.forward
-        self.watchdog = Watchdog(safety.limits.watchdog_timeout, self._watchdog_expired)
-        self._closed = threading.Event()
-        self._bus_thread = threading.Thread(target=self._bus_loop, name="so101-bus", daemon=True)
-        self._bus_thread.start()
+        self._joint_safety = SafetyLayer(self.safety.limits)
+        self.safety.forward_kinematics = self.kin.forward
+        self._start(self._bus_loop, "so101-bus")
 
     # --- the bus thread ----------------------------------------------------------------------
     def _read_present(self) -> np.ndarray:
@@ -314,23 +302,12 @@ class SO101Driver(RobotDriver):
         lo, hi = self.kin.gripper_range
         gripper_q = lo + np.clip(present[5], 0.0, 100.0) / 100.0 * (hi - lo)
         position, quat = self.kin.forward(q)
-        with self._lock:
-            errors = [e for e in (self._fault, self._notice) if e]
-            step, episode = self._episode_step, self._episode_id
-        images = {}
-        for name, cam in self._cameras.items():
-            frame = cam.latest()
-            if frame is not None:
-                images[name] = frame
-            if cam.error:
-                errors.append(cam.error)
+        errors, images, step, task = self._status([])
         return RobotSnapshot(
             joint_names=list(MOTORS), joint_positions=np.append(q, gripper_q),
             joint_velocities=velocity, ee_position=position, ee_orientation=quat,
             gripper_width=float(np.clip(present[5], 0, 100) / 100.0 * self._gripper_max_width),
-            episode_step=step, errors=errors, images=images,
-            task=TaskInfo(instruction=self._instruction, episode_id=episode,
-                          task_name="so101_follower"), stamp_ns=stamp_ns)
+            episode_step=step, errors=errors, images=images, task=task, stamp_ns=stamp_ns)
 
     def _next_cycle(self) -> RobotSnapshot:
         """Wait for the next bus cycle (bounded) and count it as an episode step."""
@@ -496,10 +473,7 @@ class SO101Driver(RobotDriver):
                 self._target = self._present.copy()
 
     def reset(self, request: ResetRequest, motion: Motion) -> Optional[RobotSnapshot]:
-        if request.suite or request.task_id >= 0 or request.seed >= 0 \
-                or request.init_state_index >= 0:
-            raise ValueError("a real SO-101 has no task list, suite, seed or recorded initial "
-                             "states: call reset with no arguments (it moves the arm to home)")
+        self._refuse_task_fields(request, "it moves the arm to home")
         start = self._begin(motion)
         # Joint-space interpolation, at most max_joint_step per period on every joint.
         span = np.abs(np.radians(self._home[:5] - start[:5])).max()
@@ -521,17 +495,11 @@ class SO101Driver(RobotDriver):
         if motion.stopped:
             self.hold()
             return None
-        with self._lock:
-            self._episode_id, self._episode_step = uuid.uuid4().hex[:12], 0
+        self._new_episode()
         return self._next_sample()
 
     def close(self) -> None:
-        if hasattr(self, "_closed"):
-            self._closed.set()
-            self._bus_thread.join(2.0)
-            self.watchdog.close()
-        for cam in self._cameras.values():
-            cam.close()
+        super().close()
         try:
             self._robot.disconnect()
         except Exception as err:  # servos gone: the port still closes
@@ -541,16 +509,11 @@ class SO101Driver(RobotDriver):
     # --- helpers -------------------------------------------------------------------------------
     def _begin(self, motion: Motion) -> np.ndarray:
         """Present LeRobot readings for a new motion, or a refusal saying why not."""
+        fault = self._claim(motion)
+        if fault:
+            raise GoalRejected(fault)
         with self._lock:
-            if self._fault:
-                raise GoalRejected(self._fault)
-            self._notice = ""
-            self._active_motion = motion
-            self._handover = None
             return self._present.copy()
-
-    def _approve(self, what: str, motion: Motion) -> None:
-        self.approval.request(what, lambda: motion.stopped)
 
     def _solve_path(self, positions, quats, seed) -> np.ndarray:
         """Joint angles (rad) for each waypoint, refusing the first the arm cannot reach."""
@@ -617,15 +580,6 @@ class SO101Driver(RobotDriver):
                 raise RobotFault(self._fault)
             return self._latest
 
-    def _watchdog_expired(self, reason: str) -> None:
-        with self._lock:
-            motion = self._active_motion
-            self._notice = reason
-        self._log.error(reason)
-        if motion is not None:
-            motion.stop(reason)
-        self.hold()
-
 
 class SO101Node(ArmNode):
     def __init__(self):
@@ -655,7 +609,7 @@ class SO101Node(ArmNode):
         max_joint_step = d("max_joint_step", 4.0,
                            "Largest joint change per control step of any motion, degrees",
                            params.positive)
-        return SO101Driver(
+        return SO101Driver(SO101Settings(
             port=port,
             robot_id=d("robot_id", "so101_follower", "LeRobot robot id: names the calibration "
                        "file <calibration_dir>/<robot_id>.json",
@@ -668,13 +622,12 @@ class SO101Node(ArmNode):
                                   "LeRobot's per-write clip of every joint target to this many "
                                   "degrees from the present position; 0 = off",
                                   params.non_negative),
-            spaces_args=dict(max_translation_step=self.max_translation_step,
-                             max_rotation_step=self.max_rotation_step,
-                             frame_id=self.base_frame),
+            max_translation_step=self.max_translation_step,
+            max_rotation_step=self.max_rotation_step, frame_id=self.base_frame,
             safety=SafetyLayer(limits), approval=approval,
-            home=d("home", [0.0, -30.0, 30.0, 60.0, 0.0, 50.0],
-                   "Pose reset moves to: five joints in degrees, gripper 0-100",
-                   params.vector(6)),
+            home=tuple(d("home", [0.0, -30.0, 30.0, 60.0, 0.0, 50.0],
+                         "Pose reset moves to: five joints in degrees, gripper 0-100",
+                         params.vector(6))),
             max_joint_step=max_joint_step,
             ik_tolerance=d("ik_position_tolerance", 0.005,
                            "Refuse Cartesian targets the IK cannot reach this closely, m",
@@ -689,8 +642,7 @@ class SO101Node(ArmNode):
                                      "Switch the servos off when the node exits (LeRobot's "
                                      "default; the arm then drops under gravity)"),
             instruction=d("instruction", "", "Task instruction published on task_status"),
-            cameras=cameras,
-            log=self.get_logger())
+            cameras=cameras), self.get_logger())
 
 
     def _driver_failure(self, goal_handle, result, err, label):

@@ -1,0 +1,134 @@
+"""What the real arms' drivers share, below their ROS nodes: settings, cameras, faults,
+operator approval, the chunk watchdog, the hand-over between streamed chunks, episodes and
+shutdown. A driver adds how it talks to its arm (franky, a Feetech bus) and its kinematics.
+"""
+from __future__ import annotations
+
+import threading
+import uuid
+from dataclasses import dataclass
+from typing import Callable, Optional
+
+from rpent_contract.control_space import ControlSpaceSpec
+from rpent_contract.driver import Motion, ResetRequest, RobotDriver, TaskInfo
+
+from .cameras import OpenCVCamera
+from .safety import ApprovalGate, SafetyLayer, Watchdog
+
+
+@dataclass(frozen=True)
+class ArmSettings:
+    """What every real arm is configured with (from its node's parameters)."""
+
+    control_rate: float  # Hz: chunk steps and state cycles
+    safety: SafetyLayer
+    approval: ApprovalGate
+    cameras: dict  # name -> (source, width, height, (fx, fy, cx, cy)), from declare_cameras
+    instruction: str  # published on task_status
+    settle_timeout: float  # s: longest wait for the arm to come to rest after a motion
+
+
+def ee_delta_space(max_translation_step: float, max_rotation_step: float, frame_id: str,
+                   note: str = "") -> ControlSpaceSpec:
+    """The end-effector delta space both arms offer: per control step, a translation (m) and
+    a rotation vector (rad, about the end effector) in the base frame, then the gripper."""
+    t, r = max_translation_step, max_rotation_step
+    return ControlSpaceSpec(
+        name="ee_delta", relative=True, frame_id=frame_id,
+        labels=("dx", "dy", "dz", "drx", "dry", "drz", "gripper"),
+        units=("m", "m", "m", "rad", "rad", "rad", "1"),
+        lower=(-t, -t, -t, -r, -r, -r, -1.0), upper=(t, t, t, r, r, r, 1.0),
+        step_scale=(1.0,) * 6,
+        description="End-effector pose delta per control step in the base frame: translation "
+                    f"in m, then a rotation vector in rad about the end effector{note}. Last "
+                    "column: gripper, -1 opens, +1 closes (grasps), 0 keeps.")
+
+
+class ArmDriver(RobotDriver):
+    """Base of the real-arm drivers. Subclasses set ``embodiment``, open their arm, then call
+    :meth:`_open_cameras` and :meth:`_start` with the loop that reads (and writes) it."""
+
+    embodiment = ""
+
+    def __init__(self, settings: ArmSettings, log):
+        self.settings, self._log = settings, log
+        self.safety, self.approval = settings.safety, settings.approval
+        self._period = 1.0 / settings.control_rate
+        self._settle_timeout = settings.settle_timeout
+        self._lock = threading.Lock()  # the fields below and the subclass's state
+        self._fault = ""  # motions are refused until it clears (reset, reconnect, servos back)
+        self._notice = ""  # the last failure, shown until the next goal starts
+        self._episode_id, self._episode_step = uuid.uuid4().hex[:12], 0
+        self._active_motion: Optional[Motion] = None
+        # Where a chunk that handed over left its target (the driver's own form): the next
+        # chunk continues from there rather than from the lagging measured state.
+        self._handover = None
+        self._cameras: dict[str, OpenCVCamera] = {}
+
+    def _open_cameras(self) -> None:
+        for name, (source, width, height, intrinsics) in self.settings.cameras.items():
+            self._cameras[name] = OpenCVCamera(name, source, width, height, intrinsics,
+                                               self.settings.control_rate)
+
+    def _start(self, loop: Callable[[], None], name: str) -> None:
+        """Arm the chunk watchdog and start the thread that keeps the arm's state."""
+        self.watchdog = Watchdog(self.safety.limits.watchdog_timeout, self._watchdog_expired)
+        self._closed = threading.Event()
+        self._worker = threading.Thread(target=loop, name=name, daemon=True)
+        self._worker.start()
+
+    def _status(self, errors) -> tuple:
+        """(errors with the fault, notice and camera problems; newest camera frames; episode
+        step; task) for a snapshot."""
+        with self._lock:
+            errors = list(errors) + [e for e in (self._fault, self._notice) if e]
+            step, episode = self._episode_step, self._episode_id
+        images = {}
+        for name, cam in self._cameras.items():
+            frame = cam.latest()
+            if frame is not None:
+                images[name] = frame
+            if cam.error:
+                errors.append(cam.error)
+        task = TaskInfo(instruction=self.settings.instruction, episode_id=episode,
+                        task_name=self.embodiment)
+        return errors, images, step, task
+
+    def _claim(self, motion: Motion) -> str:
+        """Make ``motion`` the running one; return the fault that refuses it, if any."""
+        with self._lock:
+            self._notice = ""
+            self._active_motion = motion
+            self._handover = None
+            return self._fault
+
+    def _approve(self, what: str, motion: Motion) -> None:
+        self.approval.request(what, lambda: motion.stopped)
+
+    def _refuse_task_fields(self, request: ResetRequest, what_reset_does: str) -> None:
+        if request.suite or request.task_id >= 0 or request.seed >= 0 \
+                or request.init_state_index >= 0:
+            raise ValueError(f"a real {self.embodiment} has no task list, suite, seed or "
+                             "recorded initial states: call reset with no arguments "
+                             f"({what_reset_does})")
+
+    def _new_episode(self) -> None:
+        with self._lock:
+            self._episode_id, self._episode_step = uuid.uuid4().hex[:12], 0
+
+    def _watchdog_expired(self, reason: str) -> None:
+        with self._lock:
+            motion = self._active_motion
+            self._notice = reason
+        self._log.error(reason)
+        if motion is not None:
+            motion.stop(reason)
+        self.hold()
+
+    def close(self) -> None:
+        if hasattr(self, "_worker"):
+            self._closed.set()
+            self._worker.join(2.0)
+            self.watchdog.close()
+        for cam in self._cameras.values():
+            cam.close()
