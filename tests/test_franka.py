@@ -287,3 +287,50 @@ def test_home_outside_joint_limits_stops_the_node_at_start_up(node_factory):
     wait_until(lambda: not proc.alive(), 60, what="the node to exit")
     assert proc.proc.returncode == 2
     assert "home_joints" in proc.log_tail() and "joint 4" in proc.log_tail(), proc.log_tail()
+
+
+def test_a_predict_for_a_franka_that_went_silent_is_refused_with_the_reason(franka,
+                                                                            node_factory):
+    """Kill franky-sim: robot_state keeps the stamp of the last measurement, and the model
+    node refuses to predict from it, saying why."""
+    from rpent_am.backends.rpent_http import RpentHttpServer
+    from rpent_am.client import ActionModelClient
+    from rpent_am.policy import ModelMeta, PolicyBackend
+    from rpent_hw.franka_node import make_control_spaces
+    from rpent_hw.franky_sim import FrankySimProcess
+    from rpent_interfaces.action import Predict
+
+    class Still(PolicyBackend):
+        meta = ModelMeta("still", "test", "still-v1",
+                         make_control_spaces(0.02, 0.1, 0.05, "fr3_link0")[0], 4,
+                         state_names=("ee_x", "ee_y", "ee_z"))
+
+        def predict(self, observation, instruction, session):
+            return np.zeros((4, 7))
+
+    client, sim, _node = franka
+    with RpentHttpServer(Still()) as server:
+        proc = node_factory("rpent_am", "am_node",
+                            {"backend": "rpent_http", "endpoint": server.endpoint,
+                             "action_space": "ee_delta", "cameras": [""]},
+                            name="franka_model", remaps={"__node": "franka_model"})
+        model = ActionModelClient(client.node, model="/franka_model")
+        try:
+            model.connect(client.info(), timeout=60)
+        except Exception:
+            pytest.fail(proc.log_tail())
+        goal = Predict.Goal(instruction="hold still", mode=Predict.Goal.MODE_SINGLE,
+                            timeout=10.0)
+        status, result = model.send(goal).result(60)
+        assert status == SUCCEEDED, result.message
+        sim.kill()
+        wait_until(lambda: _state(client).mode == RobotState.MODE_ERROR, 10,
+                   what="robot_state reporting the silent robot")
+        # Refused once the last measurement is older than max_observation_age (2 s).
+        status, result = wait_until(
+            lambda: (lambda r: r if r[0] == ABORTED else None)(model.send(goal).result(60)),
+            20, interval=0.5, what="a predict refused")
+        assert "older than max_observation_age" in result.message, result.message
+        proc.stop()
+    sim.proc = FrankySimProcess(sim.log_path.parent, host=sim.host).start().proc
+    wait_until(lambda: not _state(client).errors, 30, what="errors cleared after reconnecting")

@@ -18,7 +18,9 @@ LIBERO_CAMERAS = ["agentview=observation/image", "robot0_eye_in_hand=observation
 
 
 def _mapping(entries) -> dict:
-    """["contract_camera=model_key", ...] -> dict, refusing malformed entries."""
+    """["contract_camera=model_key", ...] -> dict, refusing malformed entries; [''] (ROS's
+    way to write an empty string array) maps no camera."""
+    entries = [e for e in entries if e]
     pairs = [e.split("=", 1) for e in entries]
     bad = [e for e, p in zip(entries, pairs) if len(p) != 2 or not p[0] or not p[1]]
     if bad:
