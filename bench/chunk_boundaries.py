@@ -38,10 +38,11 @@ def run_arm(arm: str, runs: int, logs: Path) -> list:
                                                        "publish_rate": 100.0},
                            logs, name="bench_franka", params_file=ROOT / "config/franka.yaml")
         row[1] = 0.002
-        # Not joint_position: on franky-sim the arm trails a stream of one JointMotion per
-        # step far behind (10 steps of 5 mrad moved joint 1 by 1-8 mrad), so the next
-        # chunk's first row is refused as more than max_joint_step from the measured joints.
-        spaces = ("ee_delta",)
+        joint_step = np.array([0.005, 0, 0, 0, 0, 0, 0, 0])  # rad per step of joint 1
+        spaces = ("ee_delta", "joint_position")
+
+        def joint_start(state):  # the seven joints, gripper column 0 (keep)
+            return np.append(state.joint_positions[:7], 0.0)
     else:
         from rpent_hw.feetech_emulator import (FeetechBusProcess, so101_calibration,
                                                write_calibration_file)

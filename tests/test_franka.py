@@ -201,16 +201,20 @@ def test_robot_lost_mid_motion_is_reported_and_recovered(franka):
     assert node.alive()
 
 
-def test_streamed_chunks_keep_the_arm_moving_across_boundaries(franka):
+@pytest.mark.parametrize("space", ["ee_delta", "joint_position"])
+def test_streamed_chunks_keep_the_arm_moving_across_boundaries(franka, space):
     """Each chunk is sent while the previous one runs, as a policy client does: the arm
     keeps moving (it used to halt and settle, ~75 control periods per boundary)."""
-    from rpent_hw.stream_check import constant_delta, stream_chunks
+    from rpent_hw.stream_check import constant_delta, joint_ramp, stream_chunks
 
     client, _sim, _node = franka
     assert client.reset().success
     row = np.zeros(7)
     row[1] = 0.002
-    record = stream_chunks(client, constant_delta(row), chunks=3)
+    # Joint chunks continue from the last target sent, which the arm trails by a few steps.
+    chunks = constant_delta(row) if space == "ee_delta" else joint_ramp(
+        np.append(_state(client).joint_positions[:7], 0.0), [0.005] + [0.0] * 7)
+    record = stream_chunks(client, chunks, chunks=3)
     results = [result for _status, result in record.results]
     assert [r.outcome for r in results] == [ExecuteChunk.Result.OUTCOME_CANCELED] * 2 + [
         ExecuteChunk.Result.OUTCOME_COMPLETED], [r.message for r in results]
@@ -220,11 +224,10 @@ def test_streamed_chunks_keep_the_arm_moving_across_boundaries(franka):
     gaps, ratios = record.boundary_gaps(), record.boundary_speed_ratios()
     assert len(gaps) == 2 and gaps.max() < 2.5, gaps
     assert len(ratios) == 2 and ratios.min() > 0.05, ratios
-    # The deltas continue from where the last chunk left its target: 3 chunks sent after
-    # 10 steps each = 40 steps of 2 mm.
-    y = [p[1] for _t, p in record.poses]
-    assert y[-1] - y[0] == pytest.approx(sum(r.steps_executed for r in results) * 0.002,
-                                         abs=0.005)
+    if space == "ee_delta":  # each chunk continues from where the last left its target
+        y = [p[1] for _t, p in record.poses]
+        assert y[-1] - y[0] == pytest.approx(sum(r.steps_executed for r in results) * 0.002,
+                                             abs=0.005)
 
 
 def _task(client):

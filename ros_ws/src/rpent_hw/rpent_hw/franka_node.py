@@ -128,6 +128,10 @@ class FrankaDriver(ArmDriver):
         self._sample = threading.Condition(self._lock)
         self._robot = self._gripper = None
         self._gripper_closed: Optional[bool] = None
+        # The last joint target a joint chunk sent while the arm may still be on its way
+        # there (it trails the stream by a few steps): the next joint chunk continues from
+        # it, and its first row is checked against it rather than the measured joints.
+        self._joint_target: Optional[np.ndarray] = None
         try:
             self._connect()
         except Exception as err:
@@ -256,16 +260,20 @@ class FrankaDriver(ArmDriver):
 
     def state_in_space(self, space_name: str) -> Optional[np.ndarray]:
         if space_name == "joint_position":
-            return np.append(self.snapshot().joint_positions[:7], 0.0)
+            with self._lock:
+                target = self._joint_target
+            q = target if target is not None else self.snapshot().joint_positions[:7]
+            return np.append(q, 0.0)
         return None
 
     def execute_chunk(self, space, actions, motion, stop_on_success) -> ChunkOutcome:
-        handover = self._handover
+        handover, joint_target = self._handover, self._joint_target
         robot = self._begin(motion)
         snap = self.snapshot()
         franky = self._franky
         positions = quats = None
         if space.name == "ee_delta":
+            self._joint_target = None
             start = handover or (snap.ee_position, snap.ee_orientation)
             positions, quats = self.safety.integrate_deltas(*start, actions[:, :6])
 
@@ -274,7 +282,8 @@ class FrankaDriver(ArmDriver):
                     franky.Affine(positions[i], quats[i]), franky.ReferenceType.Absolute,
                     relative_dynamics_factor=self._dynamics)
         else:
-            self.safety.check_joint_path(snap.joint_positions[:7], actions[:, :7], JOINT_LOWER,
+            start_q = joint_target if joint_target is not None else snap.joint_positions[:7]
+            self.safety.check_joint_path(start_q, actions[:, :7], JOINT_LOWER,
                                          JOINT_UPPER, np.asarray(space.max_step_change[:7]))
 
             def command(i):
@@ -294,6 +303,9 @@ class FrankaDriver(ArmDriver):
                         if motion.stopped:
                             break
                         robot.move(command(i), asynchronous=True)
+                        if positions is None:
+                            with self._lock:
+                                self._joint_target = actions[i, :7].copy()
                         self._gripper_action(actions[i, -1])
                     self.watchdog.feed()
                     t_next = self._tick(t_next, motion)
@@ -493,7 +505,7 @@ class FrankaDriver(ArmDriver):
         """Decelerate to rest with franky's stop motion for the running control signal."""
         franky = self._franky
         with self._lock:
-            self._handover = None
+            self._handover = self._joint_target = None
         with self._cmd_lock:
             try:
                 if not _moving(robot):
@@ -530,8 +542,8 @@ class FrankaDriver(ArmDriver):
             self._halt(robot)
         self._settle(time.monotonic() + self._settle_timeout, motion)
         if not motion.handed_over:
-            with self._lock:
-                self._handover = None  # at rest: the next chunk starts from what is measured
+            with self._lock:  # at rest: the next chunk starts from what is measured
+                self._handover = self._joint_target = None
         return self.snapshot()
 
     def _settle(self, deadline: float, motion: Optional[Motion] = None) -> None:
