@@ -313,8 +313,11 @@ def test_executor_stops_with_an_error_naming_the_model_when_it_is_killed(
         robot, node_factory, on_model_loss, how):
     client, info = robot
     name = f"doomed_{on_model_loss}"
-    proc = node_factory("rpent_am", "am_node", {"backend": "scripted"}, name=name,
-                        remaps={"__node": name})
+    # "stop" must find a chunk still running when the loss is noticed (~1 s): chunks of 100
+    # steps outlast it however fast the simulator steps.
+    parameters = {"backend": "scripted", **({"chunk_size": 100} if on_model_loss == "stop"
+                                            else {})}
+    proc = node_factory("rpent_am", "am_node", parameters, name=name, remaps={"__node": name})
     model = ActionModelClient(client.node, model=f"/{name}")
     try:
         model.connect(info, timeout=60)
