@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 import threading
 import time
+from pathlib import Path
 from typing import Optional
 
 import cv2
@@ -77,7 +78,7 @@ def load_calibration(path: str, width: int, height: int) -> tuple:
     import yaml
 
     try:
-        data = yaml.safe_load(open(path))
+        data = yaml.safe_load(Path(path).read_text())
         size = (int(data["image_width"]), int(data["image_height"]))
         k = [float(v) for v in data["camera_matrix"]["data"]]
     except (OSError, yaml.YAMLError, KeyError, TypeError, ValueError) as err:
