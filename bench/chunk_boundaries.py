@@ -13,52 +13,29 @@ speed inside the chunks (min / median; 0 = the arm stopped).
 from __future__ import annotations
 
 import argparse
-import tempfile
 from pathlib import Path
 
 import numpy as np
 
-from rpent_contract.processes import NodeProcess, isolate_ros_graph
-
-ROOT = Path(__file__).resolve().parents[1]
-SO101_START = {"shoulder_lift": -30.0, "elbow_flex": 30.0, "wrist_flex": 60.0}
+from arms import for_each_arm, start_arm
 
 
 def run_arm(arm: str, runs: int, logs: Path) -> list:
     from rpent_contract.client import RobotClient
     from rpent_hw.stream_check import constant_delta, joint_ramp, stream_chunks
 
-    row = np.zeros(7)
+    row, spaces = np.zeros(7), ("ee_delta", "joint_position")
     if arm == "franka":
-        from rpent_hw.franky_sim import SIM_PARAMETERS, FrankySimProcess
-
-        sim = FrankySimProcess(logs).start()
-        stop_backend = sim.stop
-        node = NodeProcess("rpent_hw", "franka_node", {**SIM_PARAMETERS, "robot_ip": sim.host,
-                                                       "publish_rate": 100.0},
-                           logs, name="bench_franka", params_file=ROOT / "config/franka.yaml")
+        robot = start_arm(arm, logs, {"publish_rate": 100.0})
         row[1] = 0.002
         joint_step = np.array([0.005, 0, 0, 0, 0, 0, 0, 0])  # rad per step of joint 1
-        spaces = ("ee_delta", "joint_position")
 
         def joint_start(state):  # the seven joints, gripper column 0 (keep)
             return np.append(state.joint_positions[:7], 0.0)
     else:
-        from rpent_hw.feetech_emulator import (FeetechBusProcess, so101_calibration,
-                                               write_calibration_file)
-
-        cal = logs / "so101_cal"
-        cal.mkdir()
-        calibration = so101_calibration()
-        write_calibration_file(cal, "arm", calibration)
-        bus = FeetechBusProcess(calibration, SO101_START)
-        stop_backend = bus.stop
-        node = NodeProcess("rpent_hw", "so101_node",
-                           {"port": bus.port, "calibration_dir": str(cal), "robot_id": "arm"},
-                           logs, name="bench_so101", params_file=ROOT / "config/so101.yaml")
+        robot = start_arm(arm, logs)
         row[1] = 0.001
         joint_step = np.array([0.5, 0, 0, 0, 0, 0])  # deg per step of shoulder_pan
-        spaces = ("ee_delta", "joint_position")
 
         def joint_start(state):  # LeRobot units: degrees, gripper 0-100 kept at home's 50
             return np.append(np.degrees(state.joint_positions[:5]), 50.0)
@@ -88,8 +65,7 @@ def run_arm(arm: str, runs: int, logs: Path) -> list:
             rows.append((f"{arm} {space}", np.array(gaps), np.array(ratios)))
     finally:
         client.close()
-        node.stop()
-        stop_backend()
+        robot.stop()
     return rows
 
 
@@ -106,20 +82,9 @@ def main() -> None:
     parser.add_argument("--arms", default="franka,so101")
     parser.add_argument("--runs", type=int, default=3)
     args = parser.parse_args()
-    isolate_ros_graph()
-
-    import rclpy
-
-    rclpy.init()
-    rows = []
-    try:
-        with tempfile.TemporaryDirectory() as logs:
-            for arm in args.arms.split(","):
-                arm_logs = Path(logs) / arm
-                arm_logs.mkdir()
-                rows += run_arm(arm, args.runs, arm_logs)
-    finally:
-        rclpy.try_shutdown()
+    rows = [row for arm_rows in for_each_arm(
+        args.arms.split(","), lambda arm, logs: run_arm(arm, args.runs, logs))
+        for row in arm_rows]
     print("arm, space            boundaries  gap p50  gap max  (control periods)  "
           "speed ratio min  median")
     for name, gaps, ratios in rows:

@@ -115,7 +115,7 @@ else
     pip_install --ignore-installed "colcon-common-extensions==0.3.0" "setuptools>=71,<80"
     # Humble's launch_testing pytest plugin, loaded by every pytest run, fails pytest 9
     # at start-up (ros2/launch#979).
-    [ "$ROS_DISTRO" != humble ] || pip_install "pytest>=7.4,<9"
+    [ "$ROS_DISTRO" != humble ] || pip_install "pytest==8.4.2"
   fi
   stage_mark python-deps "$h"
 fi

@@ -2,13 +2,17 @@
 
 A LIBERO robot node and the bridge run as processes; the test speaks the Foxglove
 protocol over `websockets`, decodes what arrives only from the advertised ros2msg
-schemas (mcap-ros2-support), and publishes agent events itself.
+schemas (mcap-ros2-support), and publishes agent events itself. The robot-model tests
+publish a robot_description themselves and fetch its meshes as a 3D panel does.
 """
 from __future__ import annotations
 
 import asyncio
+import os
 import re
+import struct
 import time
+from urllib.parse import quote
 
 import cv2
 import numpy as np
@@ -152,3 +156,131 @@ def test_slow_client_does_not_slow_the_robot(robot_and_bridge):
     assert len(latencies) > 30, f"the fast client got only {len(latencies)} frames in 6 s"
     assert np.median(latencies) < 1.0, f"fast client frames are {np.median(latencies):.2f} s old"
     assert bridge.alive(), bridge.log_tail()
+
+
+# --- robot model: the description and its meshes --------------------------------------------
+ARM_NS = "fox_arm"
+DESCRIPTION = f"/{ARM_NS}/robot_description"
+PACKAGE = "rpent_test_arm"   # a ROS package in an ament prefix the test creates
+
+
+def _stl(triangles: int) -> bytes:
+    """A binary STL: 80-byte header, triangle count, then normal, 3 vertices, attribute."""
+    tri = struct.pack("<12fH", 0, 0, 1, 0, 0, 0, 1, 0, 0, 0, 1, 0, 0)
+    return b"rpent test mesh".ljust(80, b"\0") + struct.pack("<I", triangles) + tri * triangles
+
+
+@pytest.fixture(scope="module")
+def model_bridge(rclpy_context, node_factory, tmp_path_factory):
+    """A robot's latched description names one mesh by file:// (as the robot nodes publish
+    it) and one by package://; a bridge with the default allow-list runs in the robot's
+    namespace. Yields (url, files, bridge)."""
+    import rclpy
+    from std_msgs.msg import String
+
+    from rpent_contract.qos import LATCHED_QOS
+
+    root = tmp_path_factory.mktemp("model")
+    meshes = root / "arm" / "meshes"
+    (meshes / "textures").mkdir(parents=True)
+    files = {"mesh": meshes / "link 1.stl",          # a space: URIs are percent-encoded
+             "texture": meshes / "textures" / "skin.png",
+             "notes": meshes / "notes.txt",
+             "package_mesh": root / "prefix" / "share" / PACKAGE / "meshes" / "base.stl"}
+    files["mesh"].write_bytes(_stl(1))
+    files["texture"].write_bytes(b"\x89PNG\r\n\x1a\n texture bytes")
+    files["notes"].write_text("beside the mesh, but not a mesh, texture or material")
+    files["package_mesh"].parent.mkdir(parents=True)
+    files["package_mesh"].write_bytes(_stl(2))
+    index = root / "prefix" / "share" / "ament_index" / "resource_index" / "packages"
+    index.mkdir(parents=True)
+    (index / PACKAGE).write_text("")
+
+    urdf = (f'<robot name="arm"><link name="base_link"><visual><geometry>'
+            f'<mesh filename="package://{PACKAGE}/meshes/base.stl"/></geometry></visual></link>'
+            f'<link name="link1"><visual><geometry><mesh filename="{files["mesh"].as_uri()}"/>'
+            f'</geometry></visual></link><joint name="j1" type="revolute">'
+            f'<parent link="base_link"/><child link="link1"/><axis xyz="0 0 1"/></joint></robot>')
+    node = rclpy.create_node("fox_description_source", namespace=ARM_NS)
+    node.create_publisher(String, "robot_description", LATCHED_QOS).publish(String(data=urdf))
+    with pytest.MonkeyPatch.context() as env:   # read when the bridge process starts
+        env.setenv("AMENT_PREFIX_PATH", os.pathsep.join(
+            [str(root / "prefix")] + [p for p in [os.environ.get("AMENT_PREFIX_PATH")] if p]))
+        bridge = node_factory("rpent_foxglove", "bridge", {"port": 0, "stats_period": 0.0},
+                              namespace=ARM_NS, name="fox_model_bridge")
+    try:
+        port = wait_until(lambda: (m := re.search(r"ws://127\.0\.0\.1:(\d+)",
+                                                  bridge.log_tail(200))) and int(m.group(1)),
+                          60, what="the bridge to listen")
+        # Viewers connect once the description is bridged: foxglove-sdk 0.30.3 can answer a
+        # subscribe sent the instant a channel is advertised with "unknown channel".
+        wait_until(lambda: f"bridging {DESCRIPTION} [" in bridge.log_tail(200), 30,
+                   what="the bridge to bridge the description")
+        yield f"ws://127.0.0.1:{port}", files, bridge
+        assert bridge.alive(), bridge.log_tail()
+    finally:
+        node.destroy_node()
+
+
+async def _description(viewer) -> str:
+    await viewer.wait_for_topics([DESCRIPTION], 30)
+    channel = viewer.by_topic(DESCRIPTION)
+    await viewer.subscribe([DESCRIPTION])
+    got = await viewer.collect(15, until=lambda ms: ms)
+    assert got, f"no {DESCRIPTION} within 15 s, though it is latched"
+    return decoder_for(channel)(got[0].data).data
+
+
+def test_viewer_gets_the_model_with_package_uris_and_fetches_its_meshes(model_bridge):
+    from rpent_foxglove.bridge import asset_uri
+
+    url, files, _ = model_bridge
+
+    async def scenario():
+        async with FoxgloveClient(url) as viewer:
+            urdf = await _description(viewer)
+            assert "assets" in viewer.server_info["capabilities"]
+            mesh_uri = asset_uri(str(files["mesh"]))
+            assert f'filename="{mesh_uri}"' in urdf, urdf
+            assert "file://" not in urdf, "a browser cannot open file:// URIs"
+            assert f'filename="package://{PACKAGE}/meshes/base.stl"' in urdf, "kept as is"
+            fetched = {
+                "mesh": await viewer.fetch_asset(mesh_uri, 10),
+                # as a Collada/OBJ mesh's texture resolves against the mesh's URI
+                "texture": await viewer.fetch_asset(mesh_uri.rsplit("/", 1)[0]
+                                                    + "/textures/skin.png", 10),
+                "package_mesh": await viewer.fetch_asset(
+                    f"package://{PACKAGE}/meshes/base.stl", 10)}
+            return fetched
+
+    fetched = asyncio.run(scenario())
+    for name, data in fetched.items():
+        assert data == files[name].read_bytes(), f"{name}: not the file's bytes"
+
+
+def test_bridge_serves_no_other_file(model_bridge):
+    url, files, bridge = model_bridge
+    mesh_dir = quote(str(files["mesh"].parent))
+    refused = {
+        "package://rpent_assets/etc/passwd": "is not served",
+        f"package://rpent_assets{quote(str(files['notes']))}": "is not served",
+        f"package://rpent_assets{mesh_dir}/../../../../../../etc/passwd": "'..' is not allowed",
+        f"package://{PACKAGE}/../../../../etc/passwd": "'..' is not allowed",
+        f"package://{PACKAGE}/package.xml": "is not served",
+        "package://no_such_package/meshes/a.stl": "not in the ament index",
+        "file:///etc/passwd": "only package://",
+    }
+
+    async def scenario():
+        async with FoxgloveClient(url) as viewer:
+            await _description(viewer)   # the mesh directory is servable from now on
+            for uri, reason in refused.items():
+                with pytest.raises(RuntimeError, match=re.escape(reason)):
+                    await viewer.fetch_asset(uri, 10)
+            with pytest.raises(RuntimeError):
+                await viewer.fetch_asset("package://rpent_assets/etc/passwd", 10)
+
+    asyncio.run(scenario())
+    line = "asset package://rpent_assets/etc/passwd not sent to a viewer"
+    wait_until(lambda: line in bridge.log_tail(400), 10, what="the refusal in the bridge's log")
+    assert bridge.log_tail(400).count(line) == 1, "a refused asset is logged once"

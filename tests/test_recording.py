@@ -72,7 +72,12 @@ def test_libero_run_recording_survives_robot_crash_and_sigint(rclpy_context, nod
     # Aligned depth is recorded with the images it belongs to (camera/*/... matches it).
     expected |= {f"/camera/{c}/depth/{t}" for c in ("agentview", "robot0_eye_in_hand")
                  for t in ("image_raw", "camera_info")}
+    # The robot model and its frames, so a viewer draws the arm from the bag alone.
+    expected |= {"/robot_description", "/tf", "/tf_static"}
     assert set(counts) == expected
+    assert counts["/robot_description"] == 1 and counts["/tf_static"] >= 1
+    assert counts["/tf"] > 60, counts
+    assert qos["/robot_description"][0]["durability"] == 1  # latched again on replay
     assert counts["/agent/events"] == counts["/agent/log"] == 10
     assert counts["/predict/_action/feedback"] == 5
     assert counts["/task_status"] >= 1

@@ -35,7 +35,10 @@ image_height: 72
 camera_name: cam
 camera_matrix: {rows: 3, cols: 3, data: [80.5, 0.0, 47.0, 0.0, 81.5, 35.0, 0.0, 0.0, 1.0]}
 distortion_model: plumb_bob
-distortion_coefficients: {rows: 1, cols: 5, data: [0.0, 0.0, 0.0, 0.0, 0.0]}
+distortion_coefficients: {rows: 1, cols: 5, data: [-0.12, 0.05, 0.001, -0.002, 0.0]}
+rectification_matrix: {rows: 3, cols: 3, data: [1.0, 0.0, 0.0, 0.0, 1.0, 0.0, 0.0, 0.0, 1.0]}
+projection_matrix: {rows: 3, cols: 4,
+                    data: [76.0, 0.0, 46.5, 0.0, 0.0, 78.0, 35.5, 0.0, 0.0, 0.0, 1.0, 0.0]}
 """
 # Franka: a wrist camera on the hand, looking along the hand's z axis.
 WRIST = "fr3_hand 0.05 0.0 0.04 0.0 0.0 0.7071068 0.7071068"
@@ -138,7 +141,7 @@ class Robot:
     base_link: str
     ee_link: str
     cameras: tuple
-    bus: object  # the SO-101's emulated servo bus; None for the Franka
+    bus: object  # the SO-101's emulated servo bus; None for the others
 
 
 def _video(path: Path) -> str:
@@ -153,7 +156,10 @@ def _video(path: Path) -> str:
     return str(path)
 
 
-@pytest.fixture(scope="module", params=["franka", "so101"])
+ARMS = pytest.mark.parametrize("robot", ["franka", "so101"], indirect=True)
+
+
+@pytest.fixture(scope="module", params=["franka", "so101", "libero"])
 def robot(request, rclpy_context, tmp_path_factory):
     from rpent_contract.client import RobotClient
 
@@ -174,6 +180,14 @@ def robot(request, rclpy_context, tmp_path_factory):
                                tmp, namespace="arm1", name="tf_franka",
                                params_file=str(CONFIG / "franka.yaml"))
             spec = ("arm1", "arm1/", "fr3_link0", "fr3_hand_tcp", ("wrist",), None)
+        elif request.param == "libero":
+            node = NodeProcess("rpent_env_sim", "libero_node",
+                               {"suite": "libero_object", "image_height": 64,
+                                "image_width": 64, "cameras": ["agentview",
+                                                               "robot0_eye_in_hand"]},
+                               tmp, namespace="sim1", name="tf_libero")
+            spec = ("sim1", "sim1/", "base_link", "ee_link",
+                    ("agentview", "robot0_eye_in_hand"), None)
         else:
             from rpent_hw.feetech_emulator import (FeetechBusProcess, so101_calibration,
                                                    write_calibration_file)
@@ -268,13 +282,13 @@ def test_frames_carry_the_robot_prefix(robot):
     assert pose.header.frame_id == info.base_frame
 
 
+# The Franka losing its connection is tested in test_franka.py.
+@pytest.mark.parametrize("robot", ["so101"], indirect=True)
 def test_a_silent_arm_stops_at_its_last_measurement(robot):
     """Servos that stop answering: robot_state says so, stamped with the last reading, and
     nothing (joint_states, tf) is published as newer than that reading."""
     from rpent_interfaces.msg import RobotState
 
-    if robot.bus is None:
-        pytest.skip("the Franka losing its connection is tested in test_franka.py")
     listener, states = robot.listener, []
     sub = robot.client.node.create_subscription(RobotState, "robot_state", states.append,
                                                 STATE_QOS)
@@ -330,6 +344,7 @@ def test_a_model_or_camera_mount_that_does_not_fit_stops_the_node(tmp_path, para
     assert code == 2 and expected in log, log
 
 
+@ARMS
 def test_camera_info_comes_from_the_calibration_file(robot):
     from sensor_msgs.msg import CameraInfo
 
@@ -339,8 +354,16 @@ def test_camera_info_comes_from_the_calibration_file(robot):
                         f"camera/{robot.cameras[0]}/camera_info", IMAGE_QOS, 10)
     assert (info.width, info.height) == (96, 72)
     np.testing.assert_allclose(info.k, [80.5, 0.0, 47.0, 0.0, 81.5, 35.0, 0.0, 0.0, 1.0])
+    # The images are raw: their distortion and the rectified projection go with them, so
+    # image_proc can rectify them.
+    assert info.distortion_model == "plumb_bob"
+    np.testing.assert_allclose(info.d, [-0.12, 0.05, 0.001, -0.002, 0.0])
+    np.testing.assert_allclose(info.r, np.eye(3).ravel())
+    np.testing.assert_allclose(info.p, [76.0, 0.0, 46.5, 0.0, 0.0, 78.0, 35.5, 0.0, 0.0, 0.0,
+                                        1.0, 0.0])
 
 
+@ARMS
 def test_a_best_effort_camera_driver_remapped_in_reaches_the_agent(robot):
     """A camera another driver publishes (best effort, as camera drivers do) is named by
     the robot and seen by the agent's observer."""

@@ -204,10 +204,11 @@ def recorder(ns: str, bag: str) -> NodeSpec:
         from rpent_bag.record_node import DEFAULT_TOPICS
 
         prefix = f"/{ns}/" if ns else "/"
-        names = "|".join(t.replace("*", ".*") for t in DEFAULT_TOPICS)
+        names = "|".join(t.replace("*", ".*") if t.startswith("/")
+                         else prefix + t.replace("*", ".*") for t in DEFAULT_TOPICS)
         return NodeSpec("rosbag2", "ros2", "recorder", ns, command=[
             "ros2", "bag", "record", "-s", "mcap", "-o", bag, "--include-hidden-topics",
-            "-e", f"^{prefix}({names})$"])
+            "-e", f"^({names})$"])
     return NodeSpec("rpent_bag", "recorder", "recorder", ns,
                     params_files=[_config("recorder.yaml")], parameters={"bag_path": bag})
 

@@ -26,6 +26,8 @@ DEFAULT_TOPICS = [
     "joint_states", "ee_pose", "robot_state", "task_status",
     "camera/*/image_raw", "camera/*/camera_info",
     "*predict/_action/feedback", "agent/events", "operator/requests",
+    # The robot model and its frames, so a viewer opening the bag draws the arm moving.
+    "robot_description", "/tf", "/tf_static",
 ]
 
 

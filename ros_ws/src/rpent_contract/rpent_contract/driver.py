@@ -18,6 +18,18 @@ import numpy as np
 from .control_space import ControlSpaceSpec
 
 
+@dataclass(frozen=True)
+class Lens:
+    """How a calibrated camera's raw images depart from the pinhole model, as ROS
+    ``camera_info`` says it: distortion model and coefficients (D), rectification (R,
+    row-major 3x3) and the rectified image's projection (P, row-major 3x4)."""
+
+    model: str
+    d: tuple
+    r: tuple
+    p: tuple
+
+
 @dataclass
 class CameraImage:
     """One upright RGB frame with pinhole intrinsics in pixels (ROS convention: pixel
@@ -32,6 +44,8 @@ class CameraImage:
     # Where the optical frame is, in the base frame, when the robot knows (published on tf)
     position: Optional[np.ndarray] = None
     orientation: Optional[np.ndarray] = None  # x, y, z, w
+    # A calibrated camera's distortion; None = undistorted (a simulator's renders)
+    lens: Optional[Lens] = None
 
 
 @dataclass

@@ -11,6 +11,7 @@ invalid goal must not preempt the motion already running.
 """
 from __future__ import annotations
 
+import contextlib
 import threading
 import traceback
 from typing import Callable, Optional
@@ -85,15 +86,22 @@ def default_frame_prefix(namespace: str) -> str:
 
 
 def camera_info(frame, header) -> CameraInfo:
-    """Pinhole CameraInfo of an undistorted frame (a ``CameraImage``)."""
+    """CameraInfo of a ``CameraImage``: its calibration's distortion where it has one,
+    else an undistorted pinhole camera."""
     info = CameraInfo()
     info.header = header
     info.height, info.width = int(frame.rgb.shape[0]), int(frame.rgb.shape[1])
-    info.distortion_model = "plumb_bob"
-    info.d = [0.0] * 5
     info.k = [frame.fx, 0.0, frame.cx, 0.0, frame.fy, frame.cy, 0.0, 0.0, 1.0]
-    info.r = [1.0, 0.0, 0.0, 0.0, 1.0, 0.0, 0.0, 0.0, 1.0]
-    info.p = [frame.fx, 0.0, frame.cx, 0.0, 0.0, frame.fy, frame.cy, 0.0, 0.0, 0.0, 1.0, 0.0]
+    lens = frame.lens
+    if lens is None:
+        info.distortion_model = "plumb_bob"
+        info.d = [0.0] * 5
+        info.r = [1.0, 0.0, 0.0, 0.0, 1.0, 0.0, 0.0, 0.0, 1.0]
+        info.p = [frame.fx, 0.0, frame.cx, 0.0, 0.0, frame.fy, frame.cy, 0.0, 0.0, 0.0, 1.0,
+                  0.0]
+    else:
+        info.distortion_model = lens.model
+        info.d, info.r, info.p = list(lens.d), list(lens.r), list(lens.p)
     return info
 
 
@@ -461,29 +469,41 @@ class RobotContractNode(Node):
         return CancelResponse.ACCEPT
 
     def _run_motion(self, goal_handle, label: str, feedback, body):
-        """Run ``body(motion)`` as the only motion; return (outcome, stop reason or None)."""
-        uuid = bytes(goal_handle.goal_id.uuid)
+        """Run ``body(motion)`` for a goal as the only motion; return (outcome, stop reason
+        or None)."""
         motion = Motion(feedback, continuous=label == "execute_chunk")
+        with self._cancellable(goal_handle, motion):
+            return self._exclusive(motion, label, body)
+
+    @contextlib.contextmanager
+    def _cancellable(self, goal_handle, motion: Motion):
+        """While inside, the client canceling ``goal_handle`` stops ``motion``."""
+        uuid = bytes(goal_handle.goal_id.uuid)
         with self._goal_lock:
             self._goal_motions[uuid] = motion
         try:
             if goal_handle.is_cancel_requested:
                 motion.stop("canceled by the client")
-                return None, motion.reason
-            if not self._arbiter.begin(motion, label):
-                return None, motion.reason
-            self._mode, self._active_goal = RobotState.MODE_MOVING, label
-            try:
-                return body(motion), (motion.reason if motion.stopped else None)
-            finally:
-                if self._active_goal == label:
-                    self._mode = (RobotState.MODE_STOPPED if motion.stopped
-                                  else RobotState.MODE_IDLE)
-                    self._active_goal = ""
-                self._arbiter.end(motion)
+            yield
         finally:
             with self._goal_lock:
                 self._goal_motions.pop(uuid, None)
+
+    def _exclusive(self, motion: Motion, label: str, body):
+        """Run ``body(motion)`` as the only motion (it preempts the running one, and
+        ``stop`` or a newer motion stop it); return (outcome, stop reason or None), with
+        outcome None when it was stopped before it began."""
+        if motion.stopped or not self._arbiter.begin(motion, label):
+            return None, motion.reason
+        self._mode, self._active_goal = RobotState.MODE_MOVING, label
+        try:
+            return body(motion), (motion.reason if motion.stopped else None)
+        finally:
+            if self._active_goal == label:
+                self._mode = (RobotState.MODE_STOPPED if motion.stopped
+                              else RobotState.MODE_IDLE)
+                self._active_goal = ""
+            self._arbiter.end(motion)
 
     def _finish(self, goal_handle, result, stopped: Optional[str], ok: bool = True):
         """Set the goal's terminal state: canceled when the client asked, else by outcome."""
@@ -702,50 +722,29 @@ class RobotContractNode(Node):
             pose_to_msg(s.ee_position, s.ee_orientation, fb.ee_pose)
             goal_handle.publish_feedback(fb)
 
-        uuid, motion = bytes(goal_handle.goal_id.uuid), Motion(feedback)
-        with self._goal_lock:
-            self._goal_motions[uuid] = motion
-        try:
-            if goal_handle.is_cancel_requested:
-                motion.stop("canceled by the client")
+        motion = Motion(feedback)
+        with self._cancellable(goal_handle, motion):
             snap, result.message = self._reset_episode(ResetRequest(
                 suite=goal.suite, task_id=goal.task_id, seed=goal.seed,
                 init_state_index=goal.init_state_index), motion)
-        finally:
-            with self._goal_lock:
-                self._goal_motions.pop(uuid, None)
         result.success = snap is not None
         if snap is not None:
             result.instruction, result.episode_id = snap.task.instruction, snap.task.episode_id
-            goal_handle.succeed()
-        elif goal_handle.is_cancel_requested:
-            goal_handle.canceled()
-        else:
-            goal_handle.abort()
-        return result
+        return self._finish(goal_handle, result, None if snap else motion.reason,
+                            ok=result.success)
 
     def _reset_episode(self, request: ResetRequest, motion: Optional[Motion] = None):
         """(snapshot of the new episode or None, message). ``motion`` lets a caller stop
         it (a canceled goal); ``stop`` and any newer goal stop it too."""
         motion = motion or Motion()
-        if not self._arbiter.begin(motion, "reset"):
-            return None, f"reset not run: {motion.reason}"
-        if motion.stopped:
-            self._arbiter.end(motion)
-            return None, f"reset not run: {motion.reason}"
-        self._mode, self._active_goal = RobotState.MODE_MOVING, "reset"
         try:
-            snap = self.driver.reset(request, motion)
+            snap, _ = self._exclusive(motion, "reset",
+                                      lambda m: self.driver.reset(request, m))
         except (ValueError, GoalRejected) as err:
             return None, f"reset refused: {err}"
         except Exception as err:
             self.get_logger().error(f"reset failed: {err}\n{traceback.format_exc()}")
             return None, f"reset failed: {err}"
-        finally:
-            if self._active_goal == "reset":
-                self._mode = RobotState.MODE_STOPPED if motion.stopped else RobotState.MODE_IDLE
-                self._active_goal = ""
-            self._arbiter.end(motion)
         if snap is None:
             return None, f"reset stopped before the new episode: {motion.reason}"
         self._publish_task(snap)

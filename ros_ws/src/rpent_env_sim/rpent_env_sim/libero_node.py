@@ -11,10 +11,12 @@ when a motion steps it: an idle or stopped robot holds still by construction.
 from __future__ import annotations
 
 import dataclasses
+import os
 import threading
 import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 import numpy as np
 
@@ -46,7 +48,7 @@ from .cartesian_controller import (
     move_to as osc_move_to,
     pose_error,
 )
-from .libero_sim import RENDER_QUALITIES, LiberoSim, SimObservation
+from .libero_sim import RENDER_QUALITIES, LiberoSim, SimObservation, panda_urdf
 
 GRIPPER_OPEN, GRIPPER_CLOSE, GRIPPER_HOLD = -1.0, 1.0, 0.0
 # Franka hand: fingers travel 0.04 m each.
@@ -282,6 +284,19 @@ class LiberoNode(RobotContractNode):
     def __init__(self):
         # Base frame = robot0_base; the table top is near z = 0 and objects sit on it.
         super().__init__("libero_sim", default_workspace=((0.05, -0.55, -0.05), (0.95, 0.55, 0.75)))
+
+    def default_robot_description_file(self) -> str:
+        # Generated from the simulator's Panda into the user's cache, where it outlives the
+        # node: bags recorded now still find their meshes.
+        cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+        try:
+            return str(panda_urdf(cache / "rpent" / "libero_panda", self._base_link,
+                                  self._ee_link))
+        except OSError as err:
+            raise params.ParameterError(
+                f"cannot write the Panda's robot description under {cache}: {err}; set "
+                "XDG_CACHE_HOME to a writable folder, or robot_description_file to '' to "
+                "publish no model") from None
 
     def create_driver(self) -> RobotDriver:
         d = lambda *a, **k: params.declare(self, *a, **k)  # noqa: E731

@@ -94,6 +94,36 @@ def _make_benchmark(suite: str):
         return benchmark.get_benchmark_dict()[suite]()
 
 
+def panda_urdf(directory: Path, base_link: str = "base_link",
+               ee_link: str = "ee_link") -> Path:
+    """Write the URDF of LIBERO's Panda (arm and gripper, without the scene's mount) into
+    ``directory`` and return its path; links and joints are named as franka_description
+    names them (``panda_joint1``, ``panda_finger_joint1``), which ``joint_states`` uses.
+
+    Built from the robosuite models every LIBERO scene loads (its robots differ only in
+    the mount), so it needs no task and matches every suite."""
+    from .mjcf_urdf import write_urdf
+
+    _import_libero()
+    from libero.libero.envs.robots.mounted_panda import MountedPanda
+    from robosuite.models.grippers import gripper_factory
+
+    robot = MountedPanda(idn=0)
+    gripper = gripper_factory(robot.default_gripper, idn=0)
+    robot.add_gripper(gripper)
+
+    def rename(name: str) -> str:
+        if name == "robot0_base":
+            return base_link
+        return "panda_" + name.split("_", 1)[1] if name.startswith(("robot0_", "gripper0_")) \
+            else name
+
+    # robosuite's second finger closes towards +; joint_states counts it opening (observe).
+    return write_urdf(robot.get_model(mode="mujoco"), "libero_panda", "robot0_base",
+                      directory, rename=rename, flip_joints=("gripper0_finger_joint2",),
+                      sites={gripper.important_sites["grip_site"]: ee_link})
+
+
 @lru_cache(maxsize=None)
 def _suite_task_counts() -> dict[str, int]:
     benchmark, _, _ = _import_libero()

@@ -19,21 +19,189 @@ No rclpy here; the node feeds :meth:`FoxgloveBridge.on_message` from its subscri
   (``message_backlog_size``) again drops the oldest for a client that reads too slowly. So
   neither a slow client nor a slow transform can hold up the ROS executor, let alone the
   robot: the robot's publishers never wait on the bridge.
+* Robot meshes (:class:`MeshAssets`): a browser viewer cannot read the ``file://`` mesh URIs a
+  robot's ``robot_description`` names; its 3D panel fetches only ``package://`` URIs from the
+  server (the protocol's ``fetchAsset``, ``assets`` capability). The node's transform of a
+  description topic therefore sends viewers the URDF with each local ``file://`` URI as
+  ``package://rpent_assets/<absolute path>``, which this server answers; ROS subscribers keep
+  the original. Genuine ``package://<pkg>/...`` URIs are answered from the package's share
+  directory (``ament_index_python``, where installed). Nothing else is served.
 """
 from __future__ import annotations
 
+import html
 import json
+import os
+import re
+import sys
 import threading
 import time
 from collections import deque
 from dataclasses import dataclass, field
 from typing import Callable, Optional
+from urllib.parse import quote, unquote, urlsplit
 
 import foxglove
 from foxglove import MessageSchema, Schema, Service, ServiceSchema
 from foxglove.websocket import Capability, ServerListener
 
 from rpent_bag.dropqueue import DropOldestQueue
+
+try:
+    from ament_index_python.packages import get_package_share_directory
+except ImportError:  # no ROS install: file:// meshes are still served, package:// ones are not
+    get_package_share_directory = None
+
+ASSET_PACKAGE = "rpent_assets"
+# What a 3D panel loads for a URDF: meshes and the textures and material files they name.
+# The official foxglove_bridge's default asset allow-list, plus Collada's .tga/.bmp textures
+# and glTF's .bin buffers.
+ASSET_EXTENSIONS = frozenset({
+    ".dae", ".fbx", ".glb", ".gltf", ".bin", ".obj", ".mtl", ".stl",
+    ".png", ".jpg", ".jpeg", ".tga", ".bmp", ".tif", ".tiff", ".webp"})
+# A viewer may also load a URDF itself from a package (3D panel: Add URDF, package:// URL).
+PACKAGE_EXTENSIONS = ASSET_EXTENSIONS | {".urdf"}
+_FILE_URI = re.compile(r"""(\bfilename\s*=\s*)(["'])(file://[^"']*)\2""")
+_MAX_LOGGED = 1000
+
+
+class AssetError(Exception):
+    """Why a viewer's asset request is refused; the viewer is sent this message."""
+
+
+def asset_uri(path: str) -> str:
+    """The URI a viewer fetches the local file ``path`` (absolute) with."""
+    return f"package://{ASSET_PACKAGE}{quote(path)}"
+
+
+def _local_path(uri: str) -> Optional[str]:
+    parts = urlsplit(uri)
+    if parts.netloc not in ("", "localhost") or not parts.path.startswith("/"):
+        return None   # another machine's file: nothing this bridge could serve
+    return unquote(parts.path)
+
+
+def _within(path: str, directory: str) -> bool:
+    return os.path.commonpath([path, directory]) == directory
+
+
+def _stderr(text: str) -> None:
+    print(text, file=sys.stderr)
+
+
+class MeshAssets:
+    """The files a viewer may fetch, and the URDF rewrite that names them.
+
+    Served: (a) every local file a forwarded description names; (b) files with a mesh,
+    texture or material extension under the directory of such a file: Collada and OBJ
+    meshes name their textures and .mtl files relative to themselves, usually beside them
+    or in a subfolder, and the viewer fetches them as URIs resolved against the mesh's
+    package:// URI. Staying below the mesh's own directory and limiting the extensions
+    keeps everything else on the machine (sources, keys, other directories' images) out of
+    reach; textures a mesh names in a sibling folder (``../textures``) are refused, and
+    the refusal is logged. (c) Genuine ``package://<pkg>/<path>`` URIs inside the
+    package's share directory, for the same extensions plus .urdf. ``..`` is refused.
+    """
+
+    def __init__(self, warn: Callable[[str], None] = _stderr):
+        self._warn = warn
+        self._files: set = set()   # real paths named by descriptions
+        self._roots: set = set()   # their directories
+        self._logged: set = set()
+        self._lock = threading.Lock()
+
+    def rewrite(self, urdf: str, source: str = "robot_description") -> str:
+        """``urdf`` with every local ``file://`` URI in a ``filename`` attribute as
+        :func:`asset_uri`; those files become servable."""
+        named = []
+
+        def swap(match) -> str:
+            path = _local_path(html.unescape(match.group(3)))
+            if path is None:
+                return match.group(0)
+            named.append(path)
+            quote_char = match.group(2)
+            return f"{match.group(1)}{quote_char}{asset_uri(path)}{quote_char}"
+
+        text = _FILE_URI.sub(swap, urdf)
+        with self._lock:
+            for path in named:
+                real = os.path.realpath(path)
+                self._files.add(real)
+                self._roots.add(os.path.dirname(real))
+        for path in named:
+            if not os.path.isfile(path):
+                self._warn_once(("missing", path),
+                                f"{source} names {path}, which is not a file on this machine: "
+                                "viewers show that link without its mesh. Run the bridge on "
+                                "the machine that has the robot's meshes.")
+        return text
+
+    def fetch(self, uri: str) -> bytes:
+        """The SDK's asset handler: the bytes of ``uri``, or :class:`AssetError` with the
+        reason, which the viewer is sent and which is logged once per URI."""
+        try:
+            path = self._resolve(uri)
+            try:
+                with open(path, "rb") as f:
+                    return f.read()
+            except OSError as err:
+                raise AssetError(f"cannot read {path}: {err.strerror}; the file must exist "
+                                 "on the bridge's machine and be readable by it") from None
+        except AssetError as err:
+            self._warn_once(("refused", uri), f"asset {uri} not sent to a viewer: {err}")
+            raise
+
+    def _resolve(self, uri: str) -> str:
+        parts = urlsplit(uri)
+        if parts.scheme != "package" or not parts.netloc or parts.query or parts.fragment:
+            raise AssetError("only package://<package>/<path> URIs are served")
+        path = unquote(parts.path)
+        if ".." in path.split("/"):
+            raise AssetError("'..' is not allowed in an asset path")
+        if parts.netloc == ASSET_PACKAGE:
+            return self._named(path)
+        return _package_file(parts.netloc, path)
+
+    def _named(self, path: str) -> str:
+        real = os.path.realpath(path) if path.startswith("/") else ""
+        with self._lock:
+            named = real in self._files
+            beside = (os.path.splitext(real)[1].lower() in ASSET_EXTENSIONS
+                      and any(_within(real, root) for root in self._roots))
+        if not (named or beside):
+            raise AssetError(
+                f"{path or '(no path)'} is not served: only files a robot_description names "
+                "and mesh, texture or material files below their directories are. Name the "
+                "file in the robot's URDF, or place it beside the mesh that uses it.")
+        return real
+
+    def _warn_once(self, key, text: str) -> None:
+        # Bounded: a client asking for ever new URIs must not grow the bridge's memory.
+        with self._lock:
+            if key in self._logged or len(self._logged) >= _MAX_LOGGED:
+                return
+            self._logged.add(key)
+        self._warn(text)
+
+
+def _package_file(package: str, path: str) -> str:
+    if get_package_share_directory is None:
+        raise AssetError(f"cannot resolve package://{package}: ament_index_python is not "
+                         "installed here. Source a ROS 2 installation before starting the "
+                         "bridge, or have the robot publish file:// (or relative) mesh paths.")
+    if os.path.splitext(path)[1].lower() not in PACKAGE_EXTENSIONS:
+        raise AssetError(f"package://{package}{path} is not served: only mesh, texture, "
+                         "material and URDF files of a package are")
+    try:
+        share = os.path.realpath(get_package_share_directory(package, print_warning=False))
+    except (LookupError, ValueError):
+        raise AssetError(f"package '{package}' is not in the ament index here; source the "
+                         "workspace that installs it before starting the bridge") from None
+    real = os.path.realpath(os.path.join(share, path.lstrip("/")))
+    if not _within(real, share):
+        raise AssetError(f"{path} leads out of package '{package}'")
+    return real
 
 
 class RateLimiter:
@@ -107,13 +275,17 @@ class _Route:
 
 class FoxgloveBridge:
     def __init__(self, host: str = "127.0.0.1", port: int = 8765, queue_size: int = 64,
-                 client_backlog: int = 64, name: str = "rpent"):
+                 client_backlog: int = 64, name: str = "rpent",
+                 warn: Callable[[str], None] = _stderr):
         self.context = foxglove.Context()
         self._late_joiners = _LateJoiners()
+        self.assets = MeshAssets(warn)
+        # With an asset handler the SDK advertises the "assets" capability itself.
         self.server = foxglove.start_server(
             name=name, host=host, port=port, context=self.context,
             message_backlog_size=client_backlog, capabilities=[Capability.Services],
-            supported_encodings=["json"], server_listener=self._late_joiners)
+            supported_encodings=["json"], server_listener=self._late_joiners,
+            asset_handler=self.assets.fetch)
         self._queue = DropOldestQueue(queue_size)
         self._routes: dict[str, _Route] = {}
         self._lock = threading.Lock()

@@ -7,6 +7,12 @@ Call Service panel.
 
 Open Lichtblick (>= 1.22) or Foxglove, "Open connection" -> Foxglove WebSocket ->
 ws://127.0.0.1:8765, and import config/foxglove_layout.json (README: Dashboard).
+
+Robot model: ``robot_description``, /tf and /tf_static are on the default allow-list. A
+description (a std_msgs/String topic named robot_description, namespaced or not) reaches
+viewers with its ``file://`` mesh URIs as ``package://rpent_assets/<path>``, which the
+bridge serves over the protocol's fetchAsset (rpent_foxglove.bridge.MeshAssets): a browser
+cannot open file:// URIs. ROS subscribers such as RViz get the original message.
 """
 from __future__ import annotations
 
@@ -25,8 +31,15 @@ from rpent_contract.node_main import run_node
 from rpent_contract.images import image_to_numpy, rgb_to_compressed, to_rgb
 from rpent_contract.params import ParameterError, declare, non_negative, positive
 from rpent_foxglove import scene
-from rpent_foxglove.bridge import FoxgloveBridge
+from rpent_foxglove.bridge import ASSET_PACKAGE, FoxgloveBridge
 from rpent_foxglove.json_message import from_json, json_schema, to_json
+
+
+DESCRIPTION_TYPE = "std_msgs/msg/String"
+
+
+def _is_description(topic: str, type_name: str) -> bool:
+    return type_name == DESCRIPTION_TYPE and topic.rsplit("/", 1)[-1] == "robot_description"
 
 
 def _rate_limits(value):
@@ -96,7 +109,9 @@ class BridgeNode(Node):
         except Exception as err:  # rclpy's own exception types for invalid names
             raise ParameterError(f"invalid topic name in the parameters: {err}") from None
         try:
-            self.bridge = FoxgloveBridge(host, port, queue_size, backlog, name=self.get_fully_qualified_name())
+            self.bridge = FoxgloveBridge(host, port, queue_size, backlog,
+                                         name=self.get_fully_qualified_name(),
+                                         warn=self.get_logger().warning)
         except Exception as err:
             raise ParameterError(f"cannot listen on {host}:{port} ({err}); pick another 'port' "
                                  f"or stop the program using it") from None
@@ -131,6 +146,7 @@ class BridgeNode(Node):
                 cls = definitions.message_class(type_name)
                 jpeg = (type_name == "sensor_msgs/msg/Image"
                         and any(fnmatch.fnmatchcase(topic, p) for p in self._jpeg))
+                description = _is_description(topic, type_name)
                 if jpeg:
                     self.bridge.add_ros_topic(
                         topic, "sensor_msgs/msg/CompressedImage",
@@ -138,8 +154,11 @@ class BridgeNode(Node):
                         self._max_hz(topic), transform=self._to_jpeg,
                         channel_topic=topic + "/compressed", latched_depth=latched)
                 else:
+                    rewrite = ((lambda data, t=topic: self._rewrite_description(t, data))
+                               if description else None)
                     self.bridge.add_ros_topic(topic, type_name, definitions.full_text(type_name),
-                                              self._max_hz(topic), latched_depth=latched)
+                                              self._max_hz(topic), transform=rewrite,
+                                              latched_depth=latched)
                 if topic == self._events_topic:
                     self._log = self.bridge.cdr_channel(
                         self._ns_log, agentlog.LOG_TYPE, definitions.full_text(agentlog.LOG_TYPE))
@@ -158,8 +177,11 @@ class BridgeNode(Node):
             self._subs[topic] = self.create_subscription(
                 cls, topic, lambda data, t=topic: self.bridge.on_message(
                     t, self.get_clock().now().nanoseconds, data), qos, raw=True)
-            self.get_logger().info(f"bridging {topic} [{type_name}]" + (" as JPEG" if jpeg else "")
-                                   + (f", latched: last {latched} kept" if latched else ""))
+            self.get_logger().info(
+                f"bridging {topic} [{type_name}]" + (" as JPEG" if jpeg else "")
+                + (f", file:// meshes sent as package://{ASSET_PACKAGE}/<path> and served"
+                   if description else "")
+                + (f", latched: last {latched} kept" if latched else ""))
 
     def _discover_services(self) -> None:
         for name, types in self.get_service_names_and_types():
@@ -201,6 +223,12 @@ class BridgeNode(Node):
                                 self._jpeg_quality)
         out.header = img.header
         return serialize_message(out)
+
+    def _rewrite_description(self, topic: str, data: bytes) -> bytes:
+        from std_msgs.msg import String
+
+        urdf = deserialize_message(data, String).data
+        return serialize_message(String(data=self.bridge.assets.rewrite(urdf, topic)))
 
     def _on_ee_pose(self, stamp: int, data: bytes) -> None:
         from geometry_msgs.msg import PoseStamped

@@ -5,7 +5,9 @@ Speaks ``foxglove.sdk.v1`` (the Foxglove SDK server) and ``foxglove.websocket.v1
 Binary message data frames: opcode 0x01, u32 subscription id, u64 log time (ns), payload.
 Service calls: request opcode 0x02 (client) and response opcode 0x03 (server), each u32
 service id, u32 call id, u32 encoding length, encoding, payload; a failed call comes back
-as a ``serviceCallFailure`` JSON message.
+as a ``serviceCallFailure`` JSON message. Assets (a 3D panel's meshes): JSON ``fetchAsset``
+{uri, requestId}; binary response opcode 0x04: u32 request id, u8 status (0 ok, 1 error),
+u32 error length, the error message (utf-8), then the asset's bytes.
 """
 from __future__ import annotations
 
@@ -13,7 +15,7 @@ import asyncio
 import json
 import struct
 from dataclasses import dataclass
-from typing import Optional
+from typing import Callable, Optional
 
 import websockets
 
@@ -21,6 +23,7 @@ SUBPROTOCOLS = ["foxglove.sdk.v1", "foxglove.websocket.v1"]
 MESSAGE_DATA = 0x01
 SERVICE_CALL_REQUEST = 0x02
 SERVICE_CALL_RESPONSE = 0x03
+FETCH_ASSET_RESPONSE = 0x04
 
 
 @dataclass
@@ -40,6 +43,8 @@ class FoxgloveClient:
         self.services: dict[str, dict] = {}       # name -> advertised service
         self._calls: dict[int, object] = {}       # call id -> its response (bytes or failure)
         self._next_call = 1
+        self._assets: dict[int, object] = {}      # request id -> bytes or failure
+        self._next_asset = 1
         self._subs: dict[int, int] = {}           # subscription id -> channel id
         self._next_sub = 1
 
@@ -82,54 +87,77 @@ class FoxgloveClient:
             _service, call, n = struct.unpack_from("<III", frame, 1)
             self._calls[call] = bytes(frame[13 + n:])
             return None
+        if frame[0] == FETCH_ASSET_RESPONSE:
+            request, status, n = struct.unpack_from("<IBI", frame, 1)
+            self._assets[request] = (bytes(frame[10 + n:]) if status == 0 else
+                                     RuntimeError(bytes(frame[10:10 + n]).decode()))
+            return None
         if frame[0] != MESSAGE_DATA:
             return None
         sub_id, log_time = struct.unpack_from("<IQ", frame, 1)
         channel = self.channels.get(self._subs.get(sub_id, -1), {})
         return Message(channel.get("topic", ""), log_time, bytes(frame[13:]), time.time())
 
-    async def wait_for_topics(self, topics, timeout: float) -> None:
+    async def _receive_until(self, ready: Callable[[], bool], deadline: float,
+                             why: Callable[[], str]) -> None:
+        """Read frames until ``ready()``; past ``deadline`` (loop time) raise TimeoutError
+        with ``why()``."""
         loop = asyncio.get_running_loop()
-        deadline = loop.time() + timeout
-        while not all(self.by_topic(t) for t in topics):
+        while not ready():
             left = deadline - loop.time()
             if left <= 0:
-                have = sorted(c["topic"] for c in self.channels.values())
-                raise TimeoutError(f"topics {topics} not advertised within {timeout} s; have {have}")
+                raise TimeoutError(why())
             try:
                 await self.recv(left)
             except asyncio.TimeoutError:
                 pass
 
+    @staticmethod
+    def _take(answers: dict, key):
+        answer = answers.pop(key)
+        if isinstance(answer, Exception):
+            raise answer
+        return answer
+
+    async def wait_for_topics(self, topics, timeout: float) -> None:
+        await self._receive_until(
+            lambda: all(self.by_topic(t) for t in topics),
+            asyncio.get_running_loop().time() + timeout,
+            lambda: f"topics {topics} not advertised within {timeout} s; have "
+                    f"{sorted(c['topic'] for c in self.channels.values())}")
+
     async def call_service(self, name: str, request: dict, timeout: float) -> dict:
         """Call an advertised JSON service; a failure the server reports raises
         RuntimeError with its message."""
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + timeout
-        while name not in self.services:
-            if loop.time() >= deadline:
-                raise TimeoutError(f"service {name} not advertised within {timeout} s; have "
-                                   f"{sorted(self.services)}")
-            try:
-                await self.recv(deadline - loop.time())
-            except asyncio.TimeoutError:
-                pass
+        deadline = asyncio.get_running_loop().time() + timeout
+        await self._receive_until(
+            lambda: name in self.services, deadline,
+            lambda: f"service {name} not advertised within {timeout} s; have "
+                    f"{sorted(self.services)}")
         service, call = self.services[name], self._next_call
         self._next_call += 1
         encoding = service["request"]["encoding"].encode()
         await self.ws.send(struct.pack("<BIII", SERVICE_CALL_REQUEST, service["id"], call,
                                        len(encoding)) + encoding + json.dumps(request).encode())
-        while call not in self._calls:
-            if loop.time() >= deadline:
-                raise TimeoutError(f"no response from {name} within {timeout} s")
-            try:
-                await self.recv(deadline - loop.time())
-            except asyncio.TimeoutError:
-                pass
-        answer = self._calls.pop(call)
-        if isinstance(answer, Exception):
-            raise answer
-        return json.loads(answer)
+        await self._receive_until(lambda: call in self._calls, deadline,
+                                  lambda: f"no response from {name} within {timeout} s")
+        return json.loads(self._take(self._calls, call))
+
+    async def fetch_asset(self, uri: str, timeout: float) -> bytes:
+        """The asset's bytes, as a 3D panel fetches a mesh; an error the server reports
+        raises RuntimeError with its message."""
+        deadline = asyncio.get_running_loop().time() + timeout
+        await self._receive_until(lambda: bool(self.server_info), deadline,
+                                  lambda: f"no serverInfo within {timeout} s")
+        if "assets" not in self.server_info.get("capabilities", []):
+            raise RuntimeError("the server does not offer assets (capabilities "
+                               f"{self.server_info.get('capabilities')})")
+        request = self._next_asset
+        self._next_asset += 1
+        await self.ws.send(json.dumps({"op": "fetchAsset", "uri": uri, "requestId": request}))
+        await self._receive_until(lambda: request in self._assets, deadline,
+                                  lambda: f"no answer for asset {uri} within {timeout} s")
+        return self._take(self._assets, request)
 
     async def subscribe(self, topics) -> None:
         subs = []

@@ -6,11 +6,12 @@ from __future__ import annotations
 
 import threading
 import uuid
+from abc import abstractmethod
 from dataclasses import dataclass
 from typing import Callable, Optional
 
 from rpent_contract.control_space import ControlSpaceSpec
-from rpent_contract.driver import Motion, ResetRequest, RobotDriver, TaskInfo
+from rpent_contract.driver import Motion, ResetRequest, RobotDriver, RobotSnapshot, TaskInfo
 
 from .cameras import OpenCVCamera
 from .safety import ApprovalGate, SafetyLayer, Watchdog
@@ -23,7 +24,7 @@ class ArmSettings:
     control_rate: float  # Hz: chunk steps and state cycles
     safety: SafetyLayer
     approval: ApprovalGate
-    cameras: dict  # name -> (source, width, height, (fx, fy, cx, cy)), from declare_cameras
+    cameras: dict  # name -> (source, width, height, (fx, fy, cx, cy), lens), from declare_cameras
     instruction: str  # published on task_status
     settle_timeout: float  # s: longest wait for the arm to come to rest after a motion
 
@@ -66,9 +67,9 @@ class ArmDriver(RobotDriver):
         self._cameras: dict[str, OpenCVCamera] = {}
 
     def _open_cameras(self) -> None:
-        for name, (source, width, height, intrinsics) in self.settings.cameras.items():
+        for name, (source, width, height, intrinsics, lens) in self.settings.cameras.items():
             self._cameras[name] = OpenCVCamera(name, source, width, height, intrinsics,
-                                               self.settings.control_rate)
+                                               self.settings.control_rate, lens)
 
     def _start(self, loop: Callable[[], None], name: str) -> None:
         """Arm the chunk watchdog and start the thread that keeps the arm's state."""
@@ -115,6 +116,29 @@ class ArmDriver(RobotDriver):
     def _new_episode(self) -> None:
         with self._lock:
             self._episode_id, self._episode_step = uuid.uuid4().hex[:12], 0
+
+    def _finish(self, motion: Motion, hold: bool = False) -> RobotSnapshot:
+        """End a motion at rest: held where it is when stopped (or asked), else at its last
+        target; a chunk taken over by the next one ends at once, the arm still moving."""
+        if motion.handed_over:
+            return self.snapshot()
+        if hold or motion.stopped:
+            self.hold()
+        self._settle(motion)
+        if not motion.handed_over:
+            with self._lock:  # at rest: the next chunk starts from what is measured
+                self._forget_targets()
+        return self.snapshot()
+
+    def _forget_targets(self) -> None:
+        """Drop the targets streamed chunks continue from (called holding the lock)."""
+        self._handover = None
+
+    @abstractmethod
+    def _settle(self, motion: Optional[Motion] = None) -> None:
+        """Wait (bounded by settle_timeout) until the arm is at rest, so a goal's result
+        and the next goal start from a still arm, unless the next chunk takes over
+        (``motion.handed_over``) meanwhile."""
 
     def _watchdog_expired(self, reason: str) -> None:
         with self._lock:

@@ -18,15 +18,16 @@ from typing import Optional
 import cv2
 import numpy as np
 
-from rpent_contract.driver import CameraImage
+from rpent_contract.driver import CameraImage, Lens
 
 
 class OpenCVCamera:
     """Latest frame of one capture source as an upright RGB :class:`CameraImage`."""
 
     def __init__(self, name: str, source: str, width: int, height: int, intrinsics: tuple,
-                 rate: float):
-        """``intrinsics``: (fx, fy, cx, cy) in pixels of the width x height image."""
+                 rate: float, lens: Optional[Lens] = None):
+        """``intrinsics``: (fx, fy, cx, cy) in pixels of the width x height image; ``lens``:
+        its calibration's distortion, passed on with every frame."""
         self.name = name
         target = int(source) if source.isdigit() else source
         self._cap = cv2.VideoCapture(target)
@@ -37,6 +38,7 @@ class OpenCVCamera:
             and "://" not in source
         self._size = (width, height)
         self._intrinsics = tuple(float(v) for v in intrinsics)
+        self._lens = lens
         self._period = 1.0 / rate
         self._latest: Optional[CameraImage] = None
         self._lock = threading.Lock()
@@ -59,7 +61,8 @@ class OpenCVCamera:
             if ok:
                 rgb = cv2.cvtColor(cv2.resize(frame, self._size), cv2.COLOR_BGR2RGB)
                 with self._lock:
-                    self._latest = CameraImage(np.ascontiguousarray(rgb), *self._intrinsics)
+                    self._latest = CameraImage(np.ascontiguousarray(rgb), *self._intrinsics,
+                                               lens=self._lens)
                 self.error = ""
             else:
                 self.error = f"camera '{self.name}': no frame from its capture source"
@@ -73,31 +76,58 @@ class OpenCVCamera:
 
 
 def load_calibration(path: str, width: int, height: int) -> tuple:
-    """(fx, fy, cx, cy) from a ROS camera_calibration YAML (what ``cameracalibrator`` and
-    camera_info_manager write), checked against the image size it will be used at."""
+    """((fx, fy, cx, cy), lens) from a ROS camera_calibration YAML (what
+    ``cameracalibrator`` and camera_info_manager write), checked against the image size it
+    will be used at. ``lens`` is None when the file has no distortion coefficients."""
     import yaml
+
+    def matrix(key: str, size: Optional[int], required: bool):
+        """``size`` None: any length (distortion models differ in their number of
+        coefficients)."""
+        entry = data.get(key)
+        if entry is None and not required:
+            return None
+        values = [float(v) for v in entry["data"]]
+        if (size is not None and len(values) != size) \
+                or not all(math.isfinite(v) for v in values):
+            raise ValueError(f"{key}.data must be {size or 'some'} finite numbers, got "
+                             f"{values}")
+        return values
 
     try:
         data = yaml.safe_load(Path(path).read_text())
         size = (int(data["image_width"]), int(data["image_height"]))
-        k = [float(v) for v in data["camera_matrix"]["data"]]
-    except (OSError, yaml.YAMLError, KeyError, TypeError, ValueError) as err:
-        raise ValueError(f"camera calibration {path}: cannot read image_width, image_height "
-                         f"and camera_matrix.data ({err}); give the YAML file that ROS "
-                         "camera_calibration writes") from None
-    if len(k) != 9 or not all(math.isfinite(v) for v in k) or k[0] <= 0 or k[4] <= 0:
-        raise ValueError(f"camera calibration {path}: camera_matrix.data must be 9 finite "
-                         "numbers (row-major K) with positive focal lengths")
+        k = matrix("camera_matrix", 9, True)
+        d = matrix("distortion_coefficients", None, False)
+        r = matrix("rectification_matrix", 9, False)
+        p = matrix("projection_matrix", 12, False)
+    except (OSError, yaml.YAMLError, KeyError, TypeError, ValueError, AttributeError) as err:
+        raise ValueError(f"camera calibration {path}: cannot read image_width, image_height, "
+                         f"camera_matrix and the optional distortion_coefficients, "
+                         f"rectification_matrix, projection_matrix ({err}); give the YAML file "
+                         "that ROS camera_calibration writes") from None
+    if k[0] <= 0 or k[4] <= 0:
+        raise ValueError(f"camera calibration {path}: camera_matrix.data must be a row-major "
+                         "K with positive focal lengths")
     if size != (width, height):
         raise ValueError(f"camera calibration {path} is for {size[0]}x{size[1]} images, the "
                          f"camera is captured at {width}x{height}: set camera_width / "
                          "camera_height to the calibrated size, or recalibrate")
-    return k[0], k[4], k[2], k[5]
+    intrinsics = (k[0], k[4], k[2], k[5])
+    if not d or not any(d):
+        return intrinsics, None
+    # A calibration without rectification / projection is a monocular one: identity R,
+    # and the rectified image keeps K.
+    lens = Lens(model=str(data.get("distortion_model") or "plumb_bob"), d=tuple(d),
+                r=tuple(r or (1.0, 0.0, 0.0, 0.0, 1.0, 0.0, 0.0, 0.0, 1.0)),
+                p=tuple(p or (k[0], 0.0, k[2], 0.0, 0.0, k[4], k[5], 0.0, 0.0, 0.0, 1.0,
+                              0.0)))
+    return intrinsics, lens
 
 
 def declare_cameras(d) -> dict:
     """Declare a robot node's OpenCV camera parameters (``d``: rpent_contract.params.declare
-    bound to the node); return name -> (source, width, height, (fx, fy, cx, cy))."""
+    bound to the node); return name -> (source, width, height, (fx, fy, cx, cy), lens)."""
     from rpent_contract.params import ParameterError
 
     names = d("cameras", [""], "OpenCV camera names (camera/<name>/image_raw); [''] = none")
@@ -127,10 +157,11 @@ def declare_cameras(d) -> dict:
     for i, (name, source) in enumerate(zip(names, sources)):
         path = files[i] if files else "-"
         try:
-            intrinsics = from_fov if path == "-" else load_calibration(path, width, height)
+            intrinsics, lens = (from_fov, None) if path == "-" else load_calibration(
+                path, width, height)
         except ValueError as err:
             raise ParameterError(f"camera '{name}': {err}") from None
-        cameras[name] = (source, width, height, intrinsics)
+        cameras[name] = (source, width, height, intrinsics, lens)
     return cameras
 
 

@@ -324,7 +324,7 @@ class FrankaDriver(ArmDriver):
                 motion.wait(self._period / 4)
         except Exception as err:
             return ChunkOutcome(done, self.snapshot(), fault=self._on_fault(err, "execute_chunk"))
-        return ChunkOutcome(done, self._finish(robot, motion))
+        return ChunkOutcome(done, self._finish(motion))
 
     def move_to(self, position, orientation, *, position_only, max_translation_step,
                 max_rotation_step, position_tolerance, orientation_tolerance, max_steps,
@@ -367,7 +367,7 @@ class FrankaDriver(ArmDriver):
         except Exception as err:
             return MoveOutcome(False, self.snapshot(), pos_err, rot_err, steps,
                                self._on_fault(err, "move_to"))
-        snap = self._finish(robot, motion)
+        snap = self._finish(motion)
         pos_err = float(np.linalg.norm(snap.ee_position - position))
         rot_err = rotation_angle(snap.ee_orientation, target_q)
         reached = reached or (pos_err <= position_tolerance and rot_err <= orientation_tolerance)
@@ -453,7 +453,7 @@ class FrankaDriver(ArmDriver):
         if motion.stopped:
             self._halt(robot)
             return None
-        self._settle(time.monotonic() + self._settle_timeout, motion)
+        self._settle(motion)
         self._new_episode()
         return self._next_sample(1.0)
 
@@ -533,24 +533,12 @@ class FrankaDriver(ArmDriver):
         if _moving(robot) and robot.current_control_signal_type != signal:
             self._halt(robot)
 
-    def _finish(self, robot, motion: Motion) -> RobotSnapshot:
-        """End a motion: halt if it was stopped, then wait until the arm is at rest; a
-        chunk taken over by the next one ends at once, the arm still moving."""
-        if motion.handed_over:
-            return self.snapshot()
-        if motion.stopped:
-            self._halt(robot)
-        self._settle(time.monotonic() + self._settle_timeout, motion)
-        if not motion.handed_over:
-            with self._lock:  # at rest: the next chunk starts from what is measured
-                self._handover = self._joint_target = None
-        return self.snapshot()
+    def _forget_targets(self) -> None:
+        self._handover = self._joint_target = None
 
-    def _settle(self, deadline: float, motion: Optional[Motion] = None) -> None:
-        """Wait (bounded) until the joints move slower than settle_velocity, so a goal's
-        result and the next goal start from an arm at rest (unless the next chunk takes
-        over meanwhile)."""
-        prev, quiet = self.snapshot(), 0
+    def _settle(self, motion: Optional[Motion] = None) -> None:
+        """At rest: the joints move slower than settle_velocity."""
+        deadline, prev, quiet = time.monotonic() + self._settle_timeout, self.snapshot(), 0
         while time.monotonic() < deadline and quiet < 2 and \
                 not (motion is not None and motion.handed_over):
             snap = self._next_sample(2 * self._state_period)

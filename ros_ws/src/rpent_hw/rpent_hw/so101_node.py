@@ -549,23 +549,9 @@ class SO101Driver(ArmDriver):
             out.append(value)
         return np.array(out)
 
-    def _finish(self, motion: Motion, hold: bool = False) -> RobotSnapshot:
-        """End a motion at rest: held where it is when stopped (or asked), else at its
-        last target; a chunk taken over by the next one ends at once, still moving."""
-        if motion.handed_over:
-            return self.snapshot()
-        if hold or motion.stopped:
-            self.hold()
-        self._settle(motion)
-        if not motion.handed_over:
-            with self._lock:
-                self._handover = None  # at rest: the next chunk starts from what is measured
-        return self.snapshot()
-
     def _settle(self, motion: Optional[Motion] = None) -> None:
-        """Wait (bounded) until no joint moved for two bus cycles, so a goal's result and
-        the next goal start from an arm at rest (the first cycle after a write still reads
-        the position from before it), unless the next chunk takes over meanwhile."""
+        """At rest: no joint moved for two bus cycles (the first cycle after a write still
+        reads the position from before it)."""
         deadline, still = time.monotonic() + self._settle_timeout, 0
         while time.monotonic() < deadline and still < 2 and \
                 not (motion is not None and motion.handed_over):

@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Optional
 
+import cv2
 import numpy as np
 
 from rpent_contract.geometry import quaternion_to_matrix
@@ -20,6 +21,9 @@ class Intrinsics:
     fy: float
     cx: float
     cy: float
+    # camera_info's distortion: raw images of a calibrated lens; () = none
+    distortion_model: str = "plumb_bob"
+    d: tuple = ()
 
     @classmethod
     def from_camera_info(cls, info) -> "Intrinsics":
@@ -27,7 +31,31 @@ class Intrinsics:
         if not (k[0] > 0 and k[4] > 0):
             raise ValueError(f"camera_info of '{info.header.frame_id}' has no focal length "
                              "(K is empty): is the camera calibrated?")
-        return cls(float(k[0]), float(k[4]), float(k[2]), float(k[5]))
+        d = tuple(float(v) for v in info.d)
+        if any(d) and info.distortion_model not in _UNDISTORT:
+            raise ValueError(
+                f"camera_info of '{info.header.frame_id}' has distortion model "
+                f"'{info.distortion_model}', which this node cannot undo (it knows "
+                f"{', '.join(sorted(_UNDISTORT))}): publish rectified images (image_proc) "
+                "with their camera_info instead")
+        return cls(float(k[0]), float(k[4]), float(k[2]), float(k[5]),
+                   info.distortion_model, d if any(d) else ())
+
+    def normalized(self, pixels: np.ndarray) -> np.ndarray:
+        """(N, 2) pixels -> (N, 2) points on the z = 1 plane of the optical frame."""
+        if not self.d:
+            return np.stack([(pixels[:, 0] - self.cx) / self.fx,
+                             (pixels[:, 1] - self.cy) / self.fy], axis=1)
+        k = np.array([[self.fx, 0.0, self.cx], [0.0, self.fy, self.cy], [0.0, 0.0, 1.0]])
+        points = _UNDISTORT[self.distortion_model](
+            np.ascontiguousarray(pixels, dtype=np.float64).reshape(-1, 1, 2), k,
+            np.asarray(self.d, dtype=np.float64))
+        return points.reshape(-1, 2)
+
+
+# camera_info distortion models (sensor_msgs/distortion_models) and how OpenCV undoes them
+_UNDISTORT = {"plumb_bob": cv2.undistortPoints, "rational_polynomial": cv2.undistortPoints,
+              "equidistant": cv2.fisheye.undistortPoints}
 
 
 @dataclass(frozen=True)
@@ -84,7 +112,6 @@ def locate_mask(mask: np.ndarray, depth: np.ndarray, intrinsics: Intrinsics, pos
 
 
 def _to_base(pixels: np.ndarray, z: np.ndarray, k: Intrinsics, position, orientation):
-    x = (pixels[:, 0] - k.cx) * z / k.fx
-    y = (pixels[:, 1] - k.cy) * z / k.fy
-    camera = np.stack([x, y, z], axis=1)
+    camera = np.concatenate([k.normalized(pixels) * np.asarray(z, dtype=float)[:, None],
+                             np.asarray(z, dtype=float)[:, None]], axis=1)
     return camera @ quaternion_to_matrix(orientation).T + np.asarray(position, dtype=float)
