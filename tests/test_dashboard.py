@@ -195,7 +195,7 @@ def test_late_recorder_bag_has_the_whole_agent_log_and_what_the_layout_shows(ran
     bag = tmp_path / "bag"
     recorder = node_factory("rpent_bag", "recorder", {"bag_path": str(bag)}, name="dash_recorder")
     wanted = layout_topics() - LIVE_ONLY
-    for topic in sorted(wanted - {"/agent/log"} | {"/agent/events"}):
+    for topic in sorted(wanted | {"/agent/events"}):
         wait_until(lambda: f"recording {topic} [" in recorder.log_tail(200), 90,
                    what=f"the recorder to subscribe {topic}")
     # A latched history arrives once a subscription matches, which nothing outside the

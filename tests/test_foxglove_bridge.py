@@ -22,7 +22,7 @@ from rpent_contract.processes import wait_until
 from rpent_foxglove.client import FoxgloveClient, decoder_for
 
 ALLOWED = ["joint_states", "ee_pose", "robot_state", "task_status", "camera/*/image_raw",
-           "agent/events"]
+           "agent/events", "agent/log"]
 
 
 @pytest.fixture(scope="module")
@@ -41,13 +41,19 @@ def robot_and_bridge(rclpy_context, node_factory):
 
 
 def _publish_events(node, stop):
+    """An agent's events and its log lines, as the agent node publishes them."""
+    from rcl_interfaces.msg import Log
+
+    from rpent_agent import agentlog
     from rpent_interfaces.msg import AgentEvent
 
     pub = node.create_publisher(AgentEvent, "agent/events", 10)
+    log = node.create_publisher(Log, "agent/log", 10)
     ev = AgentEvent(run_id="run-1", turn=3, kind=AgentEvent.KIND_TOOL_CALL, tool_name="move_to",
                     arguments_json='{"position": [0.5, 0.1, 0.3]}', text="moving over the soup")
     while not stop.wait(0.2):
         pub.publish(ev)
+        log.publish(agentlog.log_line(time.time_ns(), ev))
 
 
 def test_client_sees_schemas_and_decodes_image_jpeg_and_agent_event(robot_and_bridge):

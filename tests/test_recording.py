@@ -32,18 +32,25 @@ def test_libero_run_recording_survives_robot_crash_and_sigint(rclpy_context, nod
               for t in DEFAULT_TOPICS]
     recorder = node_factory("rpent_bag", "recorder", {"bag_path": str(bag), "topics": topics},
                             name="recorder")
+    from rcl_interfaces.msg import Log
+
+    from rpent_agent import agentlog
+
     node = rclpy.create_node("rec_sources")
     events = node.create_publisher(AgentEvent, "agent/events", 10)
+    log = node.create_publisher(Log, "agent/log", 10)   # what the agent publishes with each
     feedback = node.create_publisher(Predict.Impl.FeedbackMessage, "predict/_action/feedback", 10)
     try:
         for topic in ("/robot_state", "/camera/agentview/image_raw", "/task_status",
-                      "/agent/events", "/predict/_action/feedback"):
+                      "/agent/events", "/agent/log", "/predict/_action/feedback"):
             wait_until(lambda: f"recording {topic} [" in recorder.log_tail(100), 120,
                        what=f"the recorder to subscribe {topic}")
         time.sleep(1.0)  # let the subscriptions match the publishers
         for i in range(10):
-            events.publish(AgentEvent(run_id="r", turn=i, kind=AgentEvent.KIND_REASONING,
-                                      text=f"thought {i}"))
+            event = AgentEvent(run_id="r", turn=i, kind=AgentEvent.KIND_REASONING,
+                               text=f"thought {i}")
+            events.publish(event)
+            log.publish(agentlog.log_line(time.time_ns(), event))
             fb = Predict.Impl.FeedbackMessage()
             fb.feedback.chunk.sequence, fb.feedback.chunk.control_space = i, "libero_osc_delta"
             fb.feedback.chunk.horizon, fb.feedback.chunk.action_dim = 2, 7
@@ -74,6 +81,8 @@ def test_libero_run_recording_survives_robot_crash_and_sigint(rclpy_context, nod
                  for t in ("image_raw", "camera_info")}
     # The robot model and its frames, so a viewer draws the arm from the bag alone.
     expected |= {"/robot_description", "/tf", "/tf_static"}
+    # What the robot executes; it ran no goal here, so the topic is there without messages.
+    expected |= {"/executed_actions"}
     assert set(counts) == expected
     assert counts["/robot_description"] == 1 and counts["/tf_static"] >= 1
     assert counts["/tf"] > 60, counts
@@ -100,7 +109,7 @@ def test_libero_run_recording_survives_robot_crash_and_sigint(rclpy_context, nod
                 assert conn.msgtype == "rpent_interfaces/action/Predict_FeedbackMessage"
                 assert msg.feedback.chunk.control_space == "libero_osc_delta"
                 assert len(msg.feedback.chunk.data) == 14
-    assert seen == counts
+    assert seen == {t: n for t, n in counts.items() if n}
     # The recorder subscribes each topic as discovery finds it, so they start at different
     # ticks; from the moment all of them are recorded until the crash, every topic has every
     # tick (but for the odd one a loaded machine lets the publisher's short history drop).

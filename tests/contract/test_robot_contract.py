@@ -279,6 +279,36 @@ def test_stop_service_halts_and_robot_keeps_serving(robot, current_state):
     assert status == SUCCEEDED and result.steps_executed == 2, result.message
 
 
+def test_every_executed_step_is_published_with_the_step_it_acted_on(robot, probe_node,
+                                                                    current_state):
+    """executed_actions is what a recording turns into training data: one message per step
+    carried out, the action as executed, and the episode step of the observation it acted
+    on (robot_state's episode_step when the step began)."""
+    from rpent_contract.qos import EXECUTED_QOS
+    from rpent_interfaces.msg import ExecutedAction
+
+    done = []
+    sub = probe_node.create_subscription(ExecutedAction, "executed_actions", done.append,
+                                         EXECUTED_QOS)
+    try:
+        wait_until(lambda: probe_node.count_publishers("/executed_actions") > 0, 10,
+                   what="the robot's executed_actions publisher")
+        before = wait_until(lambda: (lambda st: st if not st.active_goal else None)(
+            current_state()), 10, what="robot_state with no active goal")
+        space, rows = robot.spec.wiggle(robot.info, 5)
+        status, result = robot.client.execute_chunk(rows, space, timeout=60)
+        assert status == SUCCEEDED and result.steps_executed == 5, result.message
+        wait_until(lambda: len(done) >= 5, 10, what="five executed_actions")
+        assert len(done) == 5
+        np.testing.assert_allclose([d.action for d in done], rows)
+        assert {d.control_space for d in done} == {space}
+        assert len({d.episode_id for d in done}) == 1 and done[0].episode_id
+        assert [d.episode_step for d in done] == list(range(before.episode_step,
+                                                            before.episode_step + 5))
+    finally:
+        probe_node.destroy_subscription(sub)
+
+
 def test_new_goal_preempts_the_running_one(robot):
     run, _seen = _start_long_chunk(robot)
     space, rows = robot.spec.wiggle(robot.info, 2)

@@ -1,6 +1,7 @@
 """The ``rpent`` command.
 
     rpent eval ...      success rates over LIBERO suites (rpent eval --help)
+    rpent export-dataset BAGS... --out DIR   recorded runs to a LeRobot dataset
     rpent operator ...  answer the agent's requests to the operator (rpent operator --help)
     rpent start ...     a bring-up without ros2 launch (rpent start --list)
 """
@@ -12,6 +13,8 @@ import sys
 COMMANDS = {
     "eval": ("rpent.eval.cli", "success rates of a planner and action model over LIBERO "
                                "suites, in parallel, resumable"),
+    "export-dataset": ("rpent.export_dataset", "recorded runs (bags) to a LeRobot dataset for "
+                                               "training"),
     "operator": ("rpent.operator", "answer the agent's requests to the person at the robot "
                                    "(verdicts, scene resets)"),
     "start": ("rpent.start", "start a bring-up without ros2 launch"),
@@ -22,7 +25,7 @@ def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     if not argv or argv[0] not in COMMANDS:
         print("usage: rpent COMMAND [...]\n\n" + "\n".join(
-            f"  {name:<8} {help}" for name, (_, help) in COMMANDS.items()),
+            f"  {name:<15} {help}" for name, (_, help) in COMMANDS.items()),
             file=sys.stderr if argv and argv[0] not in ("-h", "--help") else sys.stdout)
         return 0 if argv and argv[0] in ("-h", "--help") else 2
     module = importlib.import_module(COMMANDS[argv[0]][0])

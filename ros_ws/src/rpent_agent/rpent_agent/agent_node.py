@@ -29,9 +29,11 @@ from rpent_contract import params
 from rpent_contract.client import RobotClient
 from rpent_contract.processes import node_executable
 from rpent_contract.serving import action_server
+from rcl_interfaces.msg import Log
 from rpent_interfaces.action import RunTask
 from rpent_interfaces.msg import AgentEvent, TaskStatus
 
+from . import agentlog
 from .memory import MemoryDir
 from .observer import RobotObserver
 from .planners import PLANNERS, choose
@@ -147,10 +149,13 @@ class AgentNode(Node):
             raise
         # Latched, with room for a whole run (a turn is a reasoning event and a call and a
         # result per tool call): a viewer or recorder that starts late gets the run's log.
-        self._events = self.create_publisher(AgentEvent, "~/events", rclpy.qos.QoSProfile(
+        history = rclpy.qos.QoSProfile(
             depth=max(1000, 10 * self.max_turns),
             reliability=rclpy.qos.ReliabilityPolicy.RELIABLE,
-            durability=rclpy.qos.DurabilityPolicy.TRANSIENT_LOCAL))
+            durability=rclpy.qos.DurabilityPolicy.TRANSIENT_LOCAL)
+        self._events = self.create_publisher(AgentEvent, "~/events", history)
+        # The same events as readable lines, for viewers' log panels and bags.
+        self._log = self.create_publisher(Log, "~/log", history)
         self._server = action_server(
             self, RunTask, "~/run_task", execute_callback=self._execute,
             goal_callback=self._on_goal, cancel_callback=self._on_cancel,
@@ -354,8 +359,10 @@ class AgentNode(Node):
         msg = AgentEvent(run_id=run_id, turn=turn, kind=EVENT_KIND[kind], tool_name=tool_name,
                          arguments_json=args_json, text=text[:8000], ok=bool(ok),
                          duration=float(duration))
-        msg.header.stamp = self.get_clock().now().to_msg()
+        now = self.get_clock().now()
+        msg.header.stamp = now.to_msg()
         self._events.publish(msg)
+        self._log.publish(agentlog.log_line(now.nanoseconds, msg))
 
     def destroy_node(self):
         if hasattr(self.planner, "stop"):

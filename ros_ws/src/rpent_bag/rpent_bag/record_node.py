@@ -3,8 +3,6 @@ rosbag2 (MCAP) bag, used where ``ros2 bag record`` is not installed.
 
 Topics are found by name pattern as they appear on the graph (a robot started later is
 still recorded) and subscribed serialized, so nothing is deserialized on the way to disk.
-The agent's events are also written as readable log lines on ``agent/log``, the channel
-the Foxglove bridge serves live, so the dashboard layout's agent log shows a bag too.
 SIGINT, SIGTERM and SIGHUP all end with a closed bag: summary, index and metadata.yaml
 written. Other nodes crashing only stops their topics.
 """
@@ -17,15 +15,15 @@ from pathlib import Path
 
 from rclpy.node import Node
 
-from rpent_bag import agentlog, definitions, graph
+from rpent_bag import definitions, graph
 from rpent_bag.recorder import BagRecorder
 from rpent_contract.node_main import run_node
 from rpent_contract.params import ParameterError, declare, positive
 
 DEFAULT_TOPICS = [
-    "joint_states", "ee_pose", "robot_state", "task_status",
+    "joint_states", "ee_pose", "robot_state", "task_status", "executed_actions",
     "camera/*/image_raw", "camera/*/camera_info",
-    "*predict/_action/feedback", "agent/events", "operator/requests",
+    "*predict/_action/feedback", "agent/events", "agent/log", "operator/requests",
     # The robot model and its frames, so a viewer opening the bag draws the arm moving.
     "robot_description", "/tf", "/tf_static",
 ]
@@ -48,7 +46,6 @@ class RecorderNode(Node):
                    positive)
         try:
             self._patterns = graph.resolve_patterns(self, patterns)
-            self._events, self._log = graph.resolve_patterns(self, ["agent/events", "agent/log"])
         except Exception as err:  # rclpy raises its own types for invalid names
             raise ParameterError(f"parameter 'topics' = {patterns}: {err}") from None
         self.path = Path(bag_path or f"runs/{time.strftime('%Y%m%d-%H%M%S')}/bag")
@@ -71,28 +68,10 @@ class RecorderNode(Node):
                 self._subs[topic] = None
                 continue
             qos = graph.subscription_qos(self, topic, self._depth)
-            write = lambda data, t=topic: self.recorder.write(  # noqa: E731
-                t, self.get_clock().now().nanoseconds, data)
-            if topic == self._events:
-                self.recorder.add_topic(self._log, agentlog.LOG_TYPE,
-                                        graph.offered_qos(self, topic))
-                write = self._write_event
-            self._subs[topic] = self.create_subscription(cls, topic, write, qos, raw=True)
+            self._subs[topic] = self.create_subscription(
+                cls, topic, lambda data, t=topic: self.recorder.write(
+                    t, self.get_clock().now().nanoseconds, data), qos, raw=True)
             self.get_logger().info(f"recording {topic} [{type_name}]")
-
-    def _write_event(self, data: bytes) -> None:
-        from rclpy.serialization import deserialize_message, serialize_message
-        from rpent_interfaces.msg import AgentEvent
-
-        stamp = self.get_clock().now().nanoseconds
-        self.recorder.write(self._events, stamp, data)
-        try:
-            line = agentlog.log_line(stamp, deserialize_message(data, AgentEvent))
-        except Exception as err:  # the event itself is in the bag; only its log line is lost
-            self.get_logger().warn(f"agent event without a log line: {err}",
-                                   throttle_duration_sec=10.0)
-            return
-        self.recorder.write(self._log, stamp, serialize_message(line))
 
     def close(self) -> None:
         stats = self.recorder.close()

@@ -31,11 +31,14 @@ def frames(bag_path, topic: str):
                                    f"CompressedImage; pick a camera topic")
         store = bagfile.typestore(conns)
         for conn, stamp, data in bagfile.messages(reader, conns):
-            msg = store.deserialize_cdr(data, conn.msgtype)
-            if conn.msgtype.endswith("CompressedImage"):
-                yield stamp, compressed_to_rgb(msg)
-            else:
-                yield stamp, to_rgb(image_to_numpy(msg), msg.encoding)
+            yield stamp, image_rgb(conn.msgtype, store.deserialize_cdr(data, conn.msgtype))
+
+
+def image_rgb(msgtype: str, msg) -> np.ndarray:
+    """HxWx3 uint8 RGB of a deserialized sensor_msgs/Image or CompressedImage."""
+    if msgtype.endswith("CompressedImage"):
+        return compressed_to_rgb(msg)
+    return to_rgb(image_to_numpy(msg), msg.encoding)
 
 
 def recorded_fps(stamps: list[int]) -> float:

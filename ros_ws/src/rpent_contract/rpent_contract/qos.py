@@ -18,6 +18,12 @@ CAMERA_SUB_QOS = QoSProfile(
     history=HistoryPolicy.KEEP_LAST, depth=2,
     reliability=ReliabilityPolicy.BEST_EFFORT, durability=DurabilityPolicy.VOLATILE,
 )
+# Executed steps: every one matters to a recording (a dataset pairs each with its
+# observation), so a deep history keeps a slow subscriber from losing any.
+EXECUTED_QOS = QoSProfile(
+    history=HistoryPolicy.KEEP_LAST, depth=1000,
+    reliability=ReliabilityPolicy.RELIABLE, durability=DurabilityPolicy.VOLATILE,
+)
 # Latched: a late subscriber (the agent, a recorder) still learns the current task.
 LATCHED_QOS = QoSProfile(
     history=HistoryPolicy.KEEP_LAST, depth=1,

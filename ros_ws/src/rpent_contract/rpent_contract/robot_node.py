@@ -35,7 +35,8 @@ from rpent_interfaces.action import (
     RequestSceneReset,
 )
 from rpent_interfaces.action import ResetEpisode as ResetEpisodeAction
-from rpent_interfaces.msg import OperatorRequest, OperatorRequests, RobotState, TaskStatus
+from rpent_interfaces.msg import (ExecutedAction, OperatorRequest, OperatorRequests,
+                                  RobotState, TaskStatus)
 from rpent_interfaces.srv import (
     AnswerOperator,
     GetObjectPoses,
@@ -54,7 +55,7 @@ from .motion import MotionArbiter
 from .node_main import run_node
 from .operator import SCENE_RESET, VERDICT, Answer, OperatorDesk
 from .perception import fill_segment_response
-from .qos import IMAGE_QOS, LATCHED_QOS, STATE_QOS, TF_QOS
+from .qos import EXECUTED_QOS, IMAGE_QOS, LATCHED_QOS, STATE_QOS, TF_QOS
 from .serving import action_server, service
 from .validation import (
     GoalRejected,
@@ -192,6 +193,10 @@ class RobotContractNode(Node):
         self._pose_pub = self.create_publisher(PoseStamped, "ee_pose", STATE_QOS)
         self._state_pub = self.create_publisher(RobotState, "robot_state", STATE_QOS)
         self._task_pub = self.create_publisher(TaskStatus, "task_status", LATCHED_QOS)
+        # Every step an execute_chunk goal carries out, reliably: a recording must hold
+        # each one for a dataset to pair it with its observation.
+        self._executed_pub = self.create_publisher(ExecutedAction, "executed_actions",
+                                                   EXECUTED_QOS)
         self._last_task: Optional[tuple] = None
         self._task_lock = threading.Lock()  # the timer and the reset service both publish
         self._image_pubs = {
@@ -543,8 +548,16 @@ class RobotContractNode(Node):
             return self._refuse(goal_handle, result, str(err), "execute_chunk")
 
         def feedback(s: RobotSnapshot, step: int):
+            now = self.get_clock().now().to_msg()
+            # ``s`` is the state after the step: it was applied at the step before.
+            done = ExecutedAction(episode_id=s.task.episode_id,
+                                  episode_step=max(0, int(s.episode_step) - 1),
+                                  control_space=space.name,
+                                  action=[float(v) for v in actions[step]])
+            done.header.stamp, done.header.frame_id = now, space.frame_id
+            self._executed_pub.publish(done)
             fb = ExecuteChunk.Feedback()
-            fb.stamp = self.get_clock().now().to_msg()
+            fb.stamp = now
             fb.step, fb.steps_total = step, actions.shape[0]
             pose_to_msg(s.ee_position, s.ee_orientation, fb.ee_pose)
             fb.gripper_width, fb.task_success = float(s.gripper_width), bool(s.task.success)

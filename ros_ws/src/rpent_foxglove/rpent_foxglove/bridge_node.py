@@ -1,7 +1,6 @@
-"""Foxglove bridge node: the robot contract, action-model chunks and agent events on a
-Foxglove WebSocket (Foxglove SDK server), plus a 3D scene, a readable agent log (the
-recorder writes the same log into bags) and the operator's answer service for a viewer's
-Call Service panel.
+"""Foxglove bridge node: the robot contract, action-model chunks and the agent's events and
+log on a Foxglove WebSocket (Foxglove SDK server), plus a 3D scene and the operator's
+answer service for a viewer's Call Service panel.
 
     ros2 run rpent_foxglove bridge --ros-args --params-file config/foxglove_bridge.yaml
 
@@ -24,7 +23,7 @@ from rclpy.node import Node
 from rclpy.serialization import deserialize_message, serialize_message
 
 from foxglove.channels import FrameTransformsChannel, SceneUpdateChannel
-from rpent_bag import agentlog, definitions, graph
+from rpent_bag import definitions, graph
 from rpent_bag.record_node import DEFAULT_TOPICS
 from rpent_contract.client import wait_future
 from rpent_contract.node_main import run_node
@@ -89,7 +88,8 @@ class BridgeNode(Node):
         self._ee_frame = d("ee_frame", "ee_link", "Frame name of the end effector in the 3D view",
                            lambda v: None if v else "must not be empty")
         ee_topic = d("ee_pose_topic", "ee_pose", "PoseStamped of the end effector (3D scene)")
-        events_topic = d("agent_events_topic", "agent/events", "AgentEvent topic (log, targets)")
+        events_topic = d("agent_events_topic", "agent/events",
+                         "AgentEvent topic (the last commanded target in the 3D scene)")
         period = d("discovery_period", 0.5, "s between looks for new allowed topics", positive)
         stats_period = d("stats_period", 10.0, "s between statistics lines; 0 = never",
                          non_negative)
@@ -102,8 +102,8 @@ class BridgeNode(Node):
             for item in (x for x in limits if x):
                 pattern, _, hz = item.rpartition(":")
                 self._limits.append((graph.resolve_patterns(self, [pattern])[0], float(hz)))
-            self._ee_topic, self._events_topic, ns_log, ns_tf, ns_scene = graph.resolve_patterns(
-                self, [ee_topic, events_topic, "agent/log", "scene/transforms", "scene/entities"])
+            self._ee_topic, self._events_topic, ns_tf, ns_scene = graph.resolve_patterns(
+                self, [ee_topic, events_topic, "scene/transforms", "scene/entities"])
         except ParameterError:
             raise
         except Exception as err:  # rclpy's own exception types for invalid names
@@ -118,8 +118,6 @@ class BridgeNode(Node):
         ctx = self.bridge.context
         self._tf = FrameTransformsChannel(ns_tf, context=ctx)
         self._scene = SceneUpdateChannel(ns_scene, context=ctx)
-        self._ns_log = ns_log
-        self._log = None   # created with the agent's events topic, as deep as its history
         self._subs = {}
         self._offered = {}
         self.create_timer(period, self._discover)
@@ -159,11 +157,6 @@ class BridgeNode(Node):
                     self.bridge.add_ros_topic(topic, type_name, definitions.full_text(type_name),
                                               self._max_hz(topic), transform=rewrite,
                                               latched_depth=latched)
-                if topic == self._events_topic:
-                    self._log = self.bridge.cdr_channel(
-                        self._ns_log, agentlog.LOG_TYPE, definitions.full_text(agentlog.LOG_TYPE))
-                    if latched:
-                        self._log = self.bridge.latch(self._log, latched)
             except definitions.DefinitionError as err:
                 self.get_logger().error(f"not bridging {topic}: {err}")
                 self._subs[topic] = None
@@ -172,8 +165,7 @@ class BridgeNode(Node):
                 self.bridge.add_derived(topic, self._on_ee_pose,
                                         lambda: self._tf.has_sinks() or self._scene.has_sinks())
             if topic == self._events_topic:
-                # Always: a latched log's history must be complete for later viewers.
-                self.bridge.add_derived(topic, self._on_agent_event, lambda: True)
+                self.bridge.add_derived(topic, self._on_agent_event, self._scene.has_sinks)
             self._subs[topic] = self.create_subscription(
                 cls, topic, lambda data, t=topic: self.bridge.on_message(
                     t, self.get_clock().now().nanoseconds, data), qos, raw=True)
@@ -245,7 +237,6 @@ class BridgeNode(Node):
         from rpent_interfaces.msg import AgentEvent
 
         ev = deserialize_message(data, AgentEvent)
-        self._log.log(serialize_message(agentlog.log_line(stamp, ev)), log_time=stamp)
         target = scene.target_from_tool_call(ev.arguments_json) \
             if ev.kind == AgentEvent.KIND_TOOL_CALL else None
         if target:

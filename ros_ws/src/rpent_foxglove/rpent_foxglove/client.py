@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import struct
 from dataclasses import dataclass
 from typing import Callable, Optional
@@ -47,6 +48,7 @@ class FoxgloveClient:
         self._next_asset = 1
         self._subs: dict[int, int] = {}           # subscription id -> channel id
         self._next_sub = 1
+        self._refused: set = set()                # channel ids a subscribe was refused for
 
     async def __aenter__(self):
         self.ws = await websockets.connect(self.url, subprotocols=SUBPROTOCOLS,
@@ -74,6 +76,13 @@ class FoxgloveClient:
                 self.services[service["name"]] = service
         elif msg.get("op") == "serviceCallFailure":
             self._calls[msg["callId"]] = RuntimeError(msg["message"])
+        elif msg.get("op") == "status":
+            # foxglove-sdk 0.30.3 now and then refuses a subscribe sent right after a burst
+            # of advertisements ("unknown channel"): the channel is there, so ask again.
+            found = re.search(r"unknown channel(?: id)?:? (\d+)", msg.get("message", ""),
+                              re.IGNORECASE)
+            if found and int(found.group(1)) in self.channels:
+                self._refused.add(int(found.group(1)))
 
     async def recv(self, timeout: float) -> Optional[Message]:
         """Next frame: JSON updates the channel table (returns None), data returns a Message."""
@@ -82,6 +91,10 @@ class FoxgloveClient:
         frame = await asyncio.wait_for(self.ws.recv(), timeout)
         if isinstance(frame, str):
             self._handle_json(frame)
+            if self._refused:
+                refused, self._refused = self._refused, set()
+                await self.subscribe([self.channels[c]["topic"] for c in refused
+                                      if c in self.channels])
             return None
         if frame[0] == SERVICE_CALL_RESPONSE:
             _service, call, n = struct.unpack_from("<III", frame, 1)

@@ -4,6 +4,7 @@ shutdown. A driver adds how it talks to its arm (franky, a Feetech bus) and its 
 """
 from __future__ import annotations
 
+import dataclasses
 import threading
 import uuid
 from abc import abstractmethod
@@ -112,6 +113,13 @@ class ArmDriver(RobotDriver):
             raise ValueError(f"a real {self.embodiment} has no task list, suite, seed or "
                              "recorded initial states: call reset with no arguments "
                              f"({what_reset_does})")
+
+    def _counted(self, snap: RobotSnapshot) -> RobotSnapshot:
+        """``snap`` with the episode's step count as of now: the state loop built it before
+        the step that just ran was counted, and a chunk's feedback must say that it ran
+        (the node publishes each executed step with the step it was applied at)."""
+        with self._lock:
+            return dataclasses.replace(snap, episode_step=self._episode_step)
 
     def _new_episode(self) -> None:
         with self._lock:

@@ -312,7 +312,7 @@ class FrankaDriver(ArmDriver):
                     t_next = self._tick(t_next, motion)
                     robot.poll_motion()  # raises the reflex / control error of a failed motion
                     done += 1
-                    motion.feedback(self.snapshot(), i)
+                    motion.feedback(self._counted(self.snapshot()), i)
             finally:
                 self.watchdog.disarm()
             # The last target is still being approached: a chunk that takes over now

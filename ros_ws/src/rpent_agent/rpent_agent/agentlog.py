@@ -1,6 +1,7 @@
 """The agent's events as readable log lines (rcl_interfaces/msg/Log, what a viewer's Log
-panel shows), on ``agent/log`` both live from the Foxglove bridge and in recorded bags, so
-the one layout works for both."""
+panel shows). The agent publishes them on ``agent/log`` beside ``agent/events``, so a
+viewer, the Foxglove bridge and any recorder (``ros2 bag record`` too) get them as they get
+any topic, and the one layout shows a live run and a bag alike."""
 from __future__ import annotations
 
 LOG_TYPE = "rcl_interfaces/msg/Log"
