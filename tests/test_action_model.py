@@ -236,6 +236,43 @@ def test_backend_timeout_fails_the_goal_over_the_rpent_http_protocol(stack, node
         proc.stop()
 
 
+class OvershootBackend(PolicyBackend):
+    """A trained policy's habit: the gripper column a little past its bound."""
+
+    meta = ModelMeta("overshoot", "test", "overshoot-v1", LIBERO_OSC_DELTA, 4,
+                     state_names=("ee_x",))
+
+    def predict(self, observation, instruction, session):
+        rows = np.zeros((4, 7))
+        rows[:, 0], rows[:, 6] = 0.5, 1.02
+        return rows
+
+
+@pytest.mark.parametrize("clip", [True, False])
+def test_a_chunk_past_the_bounds_is_clipped_or_refused_as_configured(stack, node_factory,
+                                                                      clip):
+    robot, _model, info, _meta = stack
+    name = f"overshoot_{str(clip).lower()}"
+    with RpentHttpServer(OvershootBackend()) as server:
+        proc = node_factory("rpent_am", "am_node",
+                            {"backend": "rpent_http", "endpoint": server.endpoint,
+                             "cameras": ["agentview=agentview"], "clip_actions": clip},
+                            name=name, remaps={"__node": name})
+        model = ActionModelClient(robot.node, model=f"/{name}")
+        try:
+            model.connect(info, timeout=60)
+        except Exception:
+            pytest.fail(proc.log_tail())
+        if clip:
+            rows = model.predict(SOUP, timeout=30)
+            np.testing.assert_allclose(rows[:, 6], 1.0)   # at the bound, not past it
+            np.testing.assert_allclose(rows[:, 0], 0.5)   # inside: untouched
+        else:
+            with pytest.raises(RuntimeError, match="out of its own action space"):
+                model.predict(SOUP, timeout=30)
+        proc.stop()
+
+
 @pytest.mark.slow
 def test_lerobot_act_checkpoint_served_over_ros(stack, node_factory, tmp_path):
     """A LeRobot ACT checkpoint behind the node: single and stream predict from the robot."""

@@ -269,6 +269,10 @@ class ActionModelNode(Node):
         self.max_goals = d("max_goals", 32, f"predict goals served at once (at most "
                            f"{MAX_GOALS}); more are refused with the reason",
                            lambda v: None if 1 <= v <= MAX_GOALS else f"must be 1..{MAX_GOALS}")
+        self.clip_actions = d(
+            "clip_actions", True, "Clip the backend's chunks to the bounds of its action "
+            "space: trained policies overshoot them a little (LIBERO's own environment clips "
+            "too); false refuses such a chunk instead")
         self.max_observation_age = d(
             "max_observation_age", 2.0, "s: robot_state older than this is not predicted "
             "from (a disconnected or stalled robot)", params.positive)
@@ -415,6 +419,17 @@ class ActionModelNode(Node):
 
         actions, ms = self._model.call(run, timeout)
         actions = check_chunk_shape(actions, self.meta)
+        if self.clip_actions:
+            space = self.meta.action_space
+            # NaN stays NaN: np.clip keeps it, and the check below refuses it.
+            clipped = np.clip(actions, space.lower, space.upper)
+            over = np.nanmax(np.abs(clipped - actions)) if actions.size else 0.0
+            if over > 0.05 * np.min(np.subtract(space.upper, space.lower)):
+                self.get_logger().warning(
+                    f"the backend's chunk left '{space.name}' by up to {over:.3g}: clipped "
+                    "to its bounds (a policy far outside them may not fit this space)",
+                    throttle_duration_sec=10.0)
+            actions = clipped
         try:
             check_chunk(actions, self.meta.action_space.name, [self.meta.action_space],
                         max_horizon=max(len(actions), 1))

@@ -199,7 +199,9 @@ class BridgeNode(Node):
             request = from_json(srv.Request, json.loads(payload.decode() or "{}"))
         except ValueError as err:  # JSONDecodeError and field errors alike
             raise ValueError(f"{client.srv_name}: bad request: {err}") from None
-        if not client.service_is_ready():
+        # A viewer may call as soon as the service is offered, before this client has
+        # matched the server: wait for it (bounded) rather than refuse.
+        if not client.wait_for_service(timeout_sec=self._service_timeout):
             raise RuntimeError(f"{client.srv_name} is not available (has its node stopped?)")
         # Asked once: a service a viewer calls (an answer) need not be safe to repeat.
         response = wait_future(client.call_async(request), self._service_timeout,

@@ -453,6 +453,7 @@ class FrankaDriver(ArmDriver):
             step += 1
         if motion.stopped:
             self._halt(robot)
+            self._settle()  # the result says "halted": at rest, not still decelerating
             return None
         self._settle(motion)
         self._new_episode()
