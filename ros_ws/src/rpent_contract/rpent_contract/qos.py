@@ -24,6 +24,19 @@ EXECUTED_QOS = QoSProfile(
     history=HistoryPolicy.KEEP_LAST, depth=1000,
     reliability=ReliabilityPolicy.RELIABLE, durability=DurabilityPolicy.VOLATILE,
 )
+
+
+def camera_sub_qos(node, topic: str) -> QoSProfile:
+    """What to subscribe a camera topic with: reliable where every publisher seen on it is
+    reliable (a robot node's own cameras: nothing is lost to a busy machine, as best-effort
+    fragments of large images are), else best effort, which every driver matches."""
+    publishers = node.get_publishers_info_by_topic(node.resolve_topic_name(topic))
+    if publishers and all(p.qos_profile.reliability == ReliabilityPolicy.RELIABLE
+                          for p in publishers):
+        return IMAGE_QOS
+    return CAMERA_SUB_QOS
+
+
 # Latched: a late subscriber (the agent, a recorder) still learns the current task.
 LATCHED_QOS = QoSProfile(
     history=HistoryPolicy.KEEP_LAST, depth=1,

@@ -37,7 +37,7 @@ from rpent_contract.geometry import quaternion_multiply, quaternion_to_matrix
 from rpent_contract.images import image_to_numpy, to_rgb
 from rpent_contract.node_main import run_node
 from rpent_contract.perception import fill_segment_response
-from rpent_contract.qos import CAMERA_SUB_QOS, TF_QOS, TF_STATIC_QOS
+from rpent_contract.qos import TF_QOS, TF_STATIC_QOS, camera_sub_qos
 from rpent_contract.robot_node import SEGMENT_SERVICE
 from rpent_contract.serving import service
 from rpent_interfaces.srv import Locate, Segment
@@ -133,7 +133,8 @@ class PerceptionNode(Node):
                                           ("info", CameraInfo, "camera_info")):
                 self.create_subscription(
                     msg_type, f"camera/{name}/{topic}",
-                    lambda msg, n=name, k=kind: self._on_camera(n, k, msg), CAMERA_SUB_QOS)
+                    lambda msg, n=name, k=kind: self._on_camera(n, k, msg),
+                    camera_sub_qos(self, f"camera/{name}/{topic}"))
         self.create_subscription(TFMessage, "/tf", self.tf.add, TF_QOS)
         self.create_subscription(TFMessage, "/tf_static", self.tf.add, TF_STATIC_QOS)
         group = ReentrantCallbackGroup()
