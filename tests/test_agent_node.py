@@ -356,12 +356,16 @@ def test_an_llm_planner_reaches_native_success_through_each_provider(robot, node
                            "openai": (OpenAIChatServer, "openai:gpt-5")}[provider]
     with server_class(pick_and_place_model) as server:
         agent = Agent(node_factory, client, tmp_path, f"agent_{provider}", planner="api",
-                      model=model, base_url=server.base_url, reset_episode=True,
-                      max_history_images=1)
+                      model=model, base_url=server.base_url, reset_episode=True)
         for run in range(2):
             status, result = agent.result(agent.send(SOUP), 400)
             assert status == GoalStatus.STATUS_SUCCEEDED, (run, result.summary,
                                                            server.refused, server.failures)
             assert result.task_success and result.success_source == 1, (run, result.summary)
+            tokens = json.loads((Path(result.run_dir) / "result.json").read_text())
+            assert tokens["input_tokens"] == result.input_tokens == \
+                tokens["cached_input_tokens"] + tokens["uncached_input_tokens"]
+            # Anthropic is asked to cache the prompt; OpenAI caches by itself (not here).
+            assert (tokens["cached_input_tokens"] > 0) == (provider == "anthropic"), tokens
     assert not server.refused and not server.failures, (server.refused, server.failures)
     assert all(r.model == model.split(":")[1] for r in server.requests)

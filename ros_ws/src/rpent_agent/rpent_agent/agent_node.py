@@ -335,7 +335,11 @@ class AgentNode(Node):
         outcome = {"status": status, "summary": summary, "task_success": task_success,
                    "success_source": SUCCESS_SOURCE[source],
                    "turns": run.turns, "tool_calls": run.tool_calls, "steps": run.steps_used,
-                   "input_tokens": run.input_tokens, "output_tokens": run.output_tokens,
+                   "input_tokens": run.input_tokens,
+                   "cached_input_tokens": run.cache_read_tokens,
+                   "uncached_input_tokens": run.input_tokens - run.cache_read_tokens,
+                   "cache_write_tokens": run.cache_write_tokens,
+                   "output_tokens": run.output_tokens,
                    # Tool calls still running when the run ended: motions stopped, the
                    # rest waited for.
                    "calls_at_end": ended_calls}

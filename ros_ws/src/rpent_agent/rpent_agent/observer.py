@@ -8,9 +8,10 @@ from typing import Optional
 
 from sensor_msgs.msg import Image
 
+from rpent_contract.geometry import stamp_to_ns
 from rpent_contract.images import image_to_numpy, to_rgb
 from rpent_contract.processes import wait_until
-from rpent_contract.qos import CAMERA_SUB_QOS, LATCHED_QOS, STATE_QOS
+from rpent_contract.qos import LATCHED_QOS, STATE_QOS, camera_sub_qos
 from rpent_interfaces.msg import RobotState, TaskStatus
 
 
@@ -18,7 +19,7 @@ class RobotObserver:
     def __init__(self, node, camera_names, video=None, state_rate: float = 20.0):
         """``state_rate``: Hz the robot publishes robot_state at (its control rate)."""
         self._node = node
-        self._lock = threading.Lock()
+        self._lock = threading.Condition()
         self._state: Optional[RobotState] = None
         self._state_at = 0.0  # monotonic time the newest state arrived
         # The robot publishes its state on a timer, moving or not: a state older than many
@@ -33,12 +34,15 @@ class RobotObserver:
             node.create_subscription(RobotState, "robot_state", self._on_state, STATE_QOS),
             node.create_subscription(TaskStatus, "task_status", self._on_task, LATCHED_QOS),
         ] + [node.create_subscription(Image, f"camera/{name}/image_raw",
-                                      lambda msg, n=name: self._on_image(n, msg), CAMERA_SUB_QOS)
+                                      lambda msg, n=name: self._on_image(n, msg),
+                                      camera_sub_qos(node, f"camera/{name}/image_raw"))
              for name in self.camera_names]
 
     def _on_state(self, msg):
-        self._state_at = time.monotonic()
-        self._state = msg
+        with self._lock:
+            self._state_at = time.monotonic()
+            self._state = msg
+            self._lock.notify_all()
 
     def _on_task(self, msg):
         self._task = msg
@@ -46,6 +50,7 @@ class RobotObserver:
     def _on_image(self, name, msg):
         with self._lock:
             self._images[name] = msg
+            self._lock.notify_all()
         # The last camera of a tick completes the frame set the video records.
         if self.video is not None and name == self.camera_names[-1] and self._state is not None:
             self.video.offer(self._state.episode_step, self.frames())
@@ -57,6 +62,26 @@ class RobotObserver:
 
     def state(self) -> Optional[RobotState]:
         return self._state
+
+    def catch_up(self) -> bool:
+        """Wait (a few control periods at most) until the state and every camera's image
+        were measured after this call; False if they were not.
+
+        What an agent reads right after a reset or a motion must show the scene after it:
+        the robot answers before its next measurement has reached this node, the more so on
+        a loaded machine. Stamps, not arrival counts, tell: frames measured before the call
+        may still be queued here. If they time out the newest data stands, and
+        :meth:`staleness` says when it is too old to trust.
+        """
+        after = self._node.get_clock().now().nanoseconds
+        with self._lock:
+            return self._lock.wait_for(
+                lambda: self._state is not None
+                and stamp_to_ns(self._state.header.stamp) >= after
+                and all(name in self._images
+                        and stamp_to_ns(self._images[name].header.stamp) >= after
+                        for name in self.camera_names),
+                timeout=max(0.5, 10.0 * self._period))
 
     def staleness(self) -> Optional[str]:
         """None while the robot's data is current; else what is wrong and what to do."""
@@ -87,8 +112,7 @@ class RobotObserver:
         while time.monotonic() < deadline:
             state, task = self._state, self._task
             if state is not None and task is not None and task.step >= state.episode_step \
-                    and state.header.stamp.sec * 1_000_000_000 + state.header.stamp.nanosec \
-                    >= after_ns:
+                    and stamp_to_ns(state.header.stamp) >= after_ns:
                 return task
             time.sleep(0.02)
         return self._task

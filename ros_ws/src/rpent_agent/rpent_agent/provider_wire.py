@@ -15,6 +15,7 @@ images, tool calls and tool results), so a scripted model can act on tool result
 from __future__ import annotations
 
 import base64
+import hashlib
 import json
 import re
 import threading
@@ -172,14 +173,67 @@ class _Server:
         raise NotImplementedError
 
 
+def _uncached(value):
+    """``value`` without its cache_control marks (a tool result's marks sit on its content):
+    where the marks are is not part of the cached prompt."""
+    if isinstance(value, dict):
+        return {k: _uncached(v) for k, v in value.items() if k != "cache_control"}
+    if isinstance(value, list):
+        return [_uncached(v) for v in value]
+    return value
+
+
 def _arguments(args) -> str:
     return args if isinstance(args, str) else json.dumps(args)
 
 
 class AnthropicServer(_Server):
-    """The Anthropic Messages API (base URL ``http://127.0.0.1:<port>``)."""
+    """The Anthropic Messages API (base URL ``http://127.0.0.1:<port>``).
+
+    Prompt caching as the API does it: the prompt is read as tools, then system blocks,
+    then message blocks; a block marked ``cache_control`` writes the prefix up to it to the
+    cache (when that prefix has at least ``min_cache_tokens``), and a later request whose
+    prompt starts with a cached prefix reads it. ``usage`` splits the input accordingly
+    (``input_tokens`` counts only what was neither read nor written), so a client that
+    reorders or rewrites earlier blocks sees its cache reads vanish, as it would there.
+    """
 
     path = "/v1/messages"
+
+    def __init__(self, policy: Policy, api_key: str = "", min_cache_tokens: int = 1024):
+        super().__init__(policy, api_key)
+        self.min_cache_tokens = min_cache_tokens
+        self._cache: set = set()  # digests of the cached prefixes
+        self._cache_lock = threading.Lock()
+        self.usages: list = []  # the input side of each answer's usage, in order
+
+    def _cache_usage(self, request: dict, tokens_in: int) -> dict:
+        """(uncached, written, read) input tokens of ``request``, updating the cache."""
+        system = request.get("system", [])
+        blocks = list(request.get("tools", [])) + (
+            system if isinstance(system, list) else [{"type": "text", "text": system}])
+        for message in request["messages"]:
+            content = message["content"]
+            blocks += [{"role": message["role"], **b} for b in (
+                content if isinstance(content, list) else [{"type": "text", "text": content}])]
+        digest, size, prefixes = hashlib.sha256(), 0, []
+        for block in blocks:
+            text = json.dumps(_uncached(block), sort_keys=True)
+            digest.update(text.encode())
+            size += len(text) // 4  # the same rough count as tokens_in
+            prefixes.append((digest.hexdigest(), size, "cache_control" in json.dumps(block)))
+        with self._cache_lock:
+            read = max((n for key, n, _ in prefixes if key in self._cache), default=0)
+            written = 0
+            for key, n, marked in prefixes:
+                if marked and n >= self.min_cache_tokens and key not in self._cache:
+                    self._cache.add(key)
+                    written = max(written, n - read)
+            total = max(tokens_in, read + written)
+            usage = {"input_tokens": total - read - written,
+                     "cache_creation_input_tokens": written, "cache_read_input_tokens": read}
+            self.usages.append(usage)
+        return usage
 
     @property
     def base_url(self) -> str:
@@ -250,6 +304,7 @@ class AnthropicServer(_Server):
                         [{"type": "text", "text": content}]
                     texts = []
                     for part in parts:
+                        cache_points += "cache_control" in part
                         if part["type"] == "text":
                             texts.append(part["text"])
                         elif part["type"] == "image":
@@ -282,8 +337,7 @@ class AnthropicServer(_Server):
                 "model": request["model"], "content": blocks,
                 "stop_reason": "tool_use" if reply.tool_calls else "end_turn",
                 "stop_sequence": None,
-                "usage": {"input_tokens": tokens_in, "output_tokens": 10,
-                          "cache_creation_input_tokens": 0, "cache_read_input_tokens": 0}}
+                "usage": {**self._cache_usage(request, tokens_in), "output_tokens": 10}}
 
     def stream(self, request: dict, reply: Reply, tokens_in: int):
         def event(kind: str, data: dict) -> bytes:

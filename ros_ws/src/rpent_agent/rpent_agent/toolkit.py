@@ -68,7 +68,9 @@ class RunState:
     turns: int = 0
     tool_calls: int = 0
     steps_used: int = 0
-    input_tokens: int = 0
+    input_tokens: int = 0  # all of the prompt, cached parts included
+    cache_read_tokens: int = 0  # of input_tokens: read from the provider's prompt cache
+    cache_write_tokens: int = 0  # of input_tokens: written to it
     output_tokens: int = 0
     finished: Optional[tuple] = None  # (status, summary)
     cancel: threading.Event = field(default_factory=threading.Event)
@@ -253,6 +255,7 @@ class Toolkit:
                 # The robot's data (state, images) is what these results are about: never
                 # present an old one as current. Only a warning: a loaded machine may delay
                 # the state for a while, and the motion tools notice a robot that is gone.
+                self.observer.catch_up()
                 stale = self.observer.staleness()
                 if stale is not None:
                     result.text = f"WARNING: {stale}.\n{result.text}"
@@ -375,6 +378,7 @@ class Toolkit:
                 "gripper_width": state.gripper_width}
 
     def _observe(self) -> ToolResult:
+        self.observer.catch_up()
         return ToolResult(self.state_summary(), data=self._pose_data())
 
     def _move_to(self, x, y, z, rpy=None, tolerance=None) -> ToolResult:

@@ -164,6 +164,50 @@ def test_the_server_refuses_what_the_real_api_refuses():
     assert status == 400 and b"alternate" in answer
 
 
+def test_anthropic_runs_read_their_prompt_from_the_cache():
+    """System prompt, tools and the growing history are marked for Anthropic's prompt cache,
+    so each request after the first reads what the one before wrote, and the run's token
+    count says how much of its input was read from the cache."""
+    with AnthropicServer(counting_model, min_cache_tokens=50) as server:
+        desk = run_once(server)
+    assert desk.run.finished == ("success", "counter is 5") and not server.refused
+    for conversation in server.requests:
+        request = conversation.raw
+        assert "cache_control" in request["system"][-1] and "cache_control" in \
+            request["tools"][-1]
+        assert "cache_control" in request["messages"][-1]["content"][-1]
+    first, *later = server.usages
+    assert first["cache_read_input_tokens"] == 0 and first["cache_creation_input_tokens"] > 0
+    # Each request reads the whole prompt the one before it sent: the history too.
+    reads = [u["cache_read_input_tokens"] for u in later]
+    assert reads == sorted(reads) and reads[0] >= first["cache_creation_input_tokens"]
+    run = desk.run
+    assert run.cache_read_tokens == sum(reads)
+    assert run.cache_write_tokens == sum(u["cache_creation_input_tokens"]
+                                         for u in server.usages)
+    assert run.input_tokens == sum(sum(u.values()) for u in server.usages)
+
+
+def test_the_cache_reads_only_an_unchanged_prefix():
+    """What the emulated cache reads: the longest prefix some earlier request marked."""
+    headers = {"x-api-key": "k", "anthropic-version": "2023-06-01"}
+
+    def send(server, system):
+        body = {"model": "m", "max_tokens": 10, "system": [
+            {"type": "text", "text": system, "cache_control": {"type": "ephemeral"}}],
+            "messages": [{"role": "user", "content": "hi"}]}
+        status, _, _ = server.handle("/v1/messages", headers, json.dumps(body).encode())
+        assert status == 200
+        return server.usages[-1]
+
+    with AnthropicServer(counting_model, min_cache_tokens=50) as server:
+        written = send(server, "a long system prompt " * 20)["cache_creation_input_tokens"]
+        assert written > 0
+        assert send(server, "a long system prompt " * 20)["cache_read_input_tokens"] == written
+        assert send(server, "another system prompt " * 20)["cache_read_input_tokens"] == 0
+        assert send(server, "short")["cache_creation_input_tokens"] == 0  # below the minimum
+
+
 def test_base_url_keeps_the_provider_it_names():
     from pydantic_ai.models.anthropic import AnthropicModel
     from pydantic_ai.models.openai import OpenAIChatModel, OpenAIResponsesModel

@@ -38,10 +38,10 @@ from sensor_msgs.msg import Image
 
 from rpent_contract import params
 from rpent_contract.control_space import ControlSpaceSpec, array_to_chunk
-from rpent_contract.geometry import pose_from_msg
+from rpent_contract.geometry import pose_from_msg, stamp_to_ns
 from rpent_contract.images import image_to_numpy, to_rgb
 from rpent_contract.node_main import run_node
-from rpent_contract.qos import CAMERA_SUB_QOS, STATE_QOS
+from rpent_contract.qos import STATE_QOS, camera_sub_qos
 from rpent_contract.robot_node import OBJECT_POSES_SERVICE
 from rpent_contract.serving import action_server, service
 from rpent_contract.validation import GoalRejected, check_chunk, check_timeout
@@ -163,8 +163,9 @@ class LatestObservation:
         self._max_age_ns = int(max_age * 1e9)
         self.state_topic = _ns(namespace, "robot_state")
         topics = [(RobotState, self.state_topic, self._on_state, STATE_QOS)] + [
-            (Image, _ns(namespace, f"camera/{cam}/image_raw"),
-             lambda msg, cam=cam: self._on_image(cam, msg), CAMERA_SUB_QOS) for cam in cameras]
+            (Image, topic, lambda msg, cam=cam: self._on_image(cam, msg),
+             camera_sub_qos(node, topic))
+            for cam, topic in ((c, _ns(namespace, f"camera/{c}/image_raw")) for c in cameras)]
         self._subs = hub.subscribe(topics)
         self.namespace = namespace
         self.users = 0
@@ -192,7 +193,7 @@ class LatestObservation:
             self._images[cam] = msg
 
     def _age_ns(self, state) -> int:
-        return self._node.get_clock().now().nanoseconds - _stamp_ns(state.header.stamp)
+        return self._node.get_clock().now().nanoseconds - stamp_to_ns(state.header.stamp)
 
     def wait_newer(self, after_ns: int, cameras, state_names, timeout: float,
                    cancel: threading.Event) -> Optional[PolicyObservation]:
@@ -205,7 +206,7 @@ class LatestObservation:
 
         def ready():
             s = self._state
-            return s is not None and _stamp_ns(s.header.stamp) > after_ns and \
+            return s is not None and stamp_to_ns(s.header.stamp) > after_ns and \
                 self._age_ns(s) <= self._max_age_ns and all(c in self._images for c in cameras)
 
         with self._lock:
@@ -229,12 +230,12 @@ class LatestObservation:
         return PolicyObservation(
             images={c: to_rgb(image_to_numpy(images[c]), images[c].encoding) for c in cameras},
             state=state_from_robot_state(state, state_names),
-            state_names=list(state_names), stamp_ns=_stamp_ns(state.header.stamp),
+            state_names=list(state_names), stamp_ns=stamp_to_ns(state.header.stamp),
             robot=self.namespace)
 
     def _why_not_ready(self, after_ns, cameras, timeout, where) -> str:
         state = self._state
-        if state is not None and _stamp_ns(state.header.stamp) > after_ns and \
+        if state is not None and stamp_to_ns(state.header.stamp) > after_ns and \
                 self._age_ns(state) > self._max_age_ns:
             return (f"the newest robot_state from the robot in {where} is "
                     f"{self._age_ns(state) / 1e9:.1f} s old, older than max_observation_age "
@@ -246,10 +247,6 @@ class LatestObservation:
                 f"the robot in {where} within {timeout:g} s"
                 f"{' (no image yet from ' + ', '.join(missing) + ')' if missing else ''}; "
                 "is the robot node running (ros2 topic hz robot_state)?")
-
-
-def _stamp_ns(stamp) -> int:
-    return stamp.sec * 1_000_000_000 + stamp.nanosec
 
 
 class ActionModelNode(Node):

@@ -27,6 +27,7 @@ import numpy as np
 from action_msgs.msg import GoalStatus
 
 from rpent_contract.control_space import array_to_chunk
+from rpent_contract.geometry import stamp_to_ns
 from rpent_interfaces.action import ExecuteChunk
 
 from .client import ActionModelClient, ChunkRejected
@@ -243,7 +244,7 @@ class ChunkExecutor:
             except ChunkRejected:
                 report.chunks_rejected += 1
                 raise
-            obs_ns = chunk.observation_stamp.sec * 1_000_000_000 + chunk.observation_stamp.nanosec
+            obs_ns = stamp_to_ns(chunk.observation_stamp)
             now_ns = self.robot.node.get_clock().now().nanoseconds
             if now_ns - obs_ns > self.max_staleness_ns:
                 report.chunks_stale += 1

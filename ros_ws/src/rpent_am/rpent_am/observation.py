@@ -5,6 +5,7 @@ from typing import Sequence
 
 import numpy as np
 
+from rpent_contract.geometry import stamp_to_ns
 from rpent_contract.images import image_to_numpy, numpy_to_image, to_rgb
 
 from .policy import BackendError, ModelMeta, PolicyObservation
@@ -48,9 +49,8 @@ def from_msg(msg) -> PolicyObservation:
             f"observation has {len(msg.state)} state values but {len(msg.state_names)} names")
     images = {name: to_rgb(image_to_numpy(img), img.encoding)
               for name, img in zip(msg.camera_names, msg.images)}
-    stamp = msg.header.stamp.sec * 1_000_000_000 + msg.header.stamp.nanosec
     return PolicyObservation(images, np.asarray(msg.state, dtype=np.float64),
-                             list(msg.state_names), stamp)
+                             list(msg.state_names), stamp_to_ns(msg.header.stamp))
 
 
 def to_msg(obs: PolicyObservation, msg=None):

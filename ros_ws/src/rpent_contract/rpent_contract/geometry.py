@@ -91,6 +91,11 @@ def pose_to_msg(position, orientation, msg=None):
     return msg
 
 
+def stamp_to_ns(stamp) -> int:
+    """A builtin_interfaces/Time as integer nanoseconds, exact (no float rounding)."""
+    return stamp.sec * 1_000_000_000 + stamp.nanosec
+
+
 def pose_from_msg(msg) -> tuple[np.ndarray, np.ndarray]:
     p, q = msg.position, msg.orientation
     return np.array([p.x, p.y, p.z]), np.array([q.x, q.y, q.z, q.w])

@@ -33,7 +33,8 @@ from tf2_msgs.msg import TFMessage
 
 from rpent_contract import params
 from rpent_contract.client import RobotClient
-from rpent_contract.geometry import quaternion_multiply, quaternion_to_matrix
+from rpent_contract.geometry import (quaternion_multiply, quaternion_to_matrix,
+                                     stamp_to_ns)
 from rpent_contract.images import image_to_numpy, to_rgb
 from rpent_contract.node_main import run_node
 from rpent_contract.perception import fill_segment_response
@@ -61,40 +62,71 @@ class View:
 
 
 class TfTree:
-    """The newest transform of every frame to its parent, from /tf and /tf_static.
+    """Recent transforms of every frame to its parent, from /tf and /tf_static.
 
-    Enough to chain a camera's optical frame up to the base frame; lookups use the newest
-    transforms (no interpolation), which is what a robot that stands still while it looks
-    needs.
+    Enough to chain a camera's optical frame up to the base frame at the time an image was
+    taken: a robot puts its images and the transforms measured with them under one stamp,
+    and a camera that moves with the arm must be placed where it was when it took the
+    picture, not where tf last put it (after a reset, say, which moves it at once).
     """
 
-    def __init__(self):
-        self._parents: dict = {}
-        self._lock = threading.Lock()
+    HISTORY = 200  # transforms kept per moving frame: 10 s of a 20 Hz robot
 
-    def add(self, msg: TFMessage) -> None:
-        with self._lock:
+    def __init__(self):
+        # child -> [(stamp_ns, parent, translation, rotation)], oldest first; a static
+        # frame holds one entry with stamp None (valid at any time).
+        self._frames: dict = {}
+        self._changed = threading.Condition()
+
+    def add(self, msg: TFMessage, static: bool = False) -> None:
+        with self._changed:
             for tf in msg.transforms:
                 t, r = tf.transform.translation, tf.transform.rotation
-                self._parents[tf.child_frame_id] = (
-                    tf.header.frame_id, np.array([t.x, t.y, t.z]), np.array([r.x, r.y, r.z, r.w]))
+                entry = (None if static else stamp_to_ns(tf.header.stamp), tf.header.frame_id,
+                         np.array([t.x, t.y, t.z]), np.array([r.x, r.y, r.z, r.w]))
+                if static:
+                    self._frames[tf.child_frame_id] = [entry]
+                    continue
+                history = self._frames.setdefault(tf.child_frame_id, [])
+                if history and history[0][0] is None:
+                    history.clear()  # a frame that moves now
+                history.append(entry)
+                del history[:-self.HISTORY]
+            self._changed.notify_all()
 
-    def lookup(self, target: str, source: str) -> tuple[np.ndarray, np.ndarray]:
-        """Pose of frame ``source`` in frame ``target`` (an ancestor of it)."""
+    def add_static(self, msg: TFMessage) -> None:
+        self.add(msg, static=True)
+
+    def lookup(self, target: str, source: str, at_ns: int,
+               timeout: float) -> tuple[np.ndarray, np.ndarray]:
+        """Pose of frame ``source`` in frame ``target`` (an ancestor of it) at ``at_ns``:
+        each moving frame's transform nearest that time, waiting up to ``timeout`` for one
+        measured at or after it."""
+        with self._changed:
+            self._changed.wait_for(lambda: self._chain(target, source, at_ns) is not None,
+                                   timeout=timeout)
+            chain = self._chain(target, source, at_ns)
+        if chain is None:
+            raise LookupError(f"no tf chain from '{source}' up to '{target}' as of the image "
+                              f"(is the robot node publishing /tf?)")
         position, orientation = np.zeros(3), np.array([0.0, 0.0, 0.0, 1.0])
-        frame = source
-        with self._lock:
-            for _ in range(64):
-                if frame == target:
-                    return position, orientation
-                if frame not in self._parents:
-                    break
-                parent, t, r = self._parents[frame]
-                position = quaternion_to_matrix(r) @ position + t
-                orientation = quaternion_multiply(r, orientation)
-                frame = parent
-        raise LookupError(f"no tf chain from '{source}' up to '{target}' (is the robot node "
-                          "publishing /tf?)")
+        for t, r in chain:
+            position = quaternion_to_matrix(r) @ position + t
+            orientation = quaternion_multiply(r, orientation)
+        return position, orientation
+
+    def _chain(self, target: str, source: str, at_ns: int) -> Optional[list]:
+        chain, frame = [], source
+        for _ in range(64):
+            if frame == target:
+                return chain
+            history = self._frames.get(frame)
+            if not history or (history[-1][0] is not None and history[-1][0] < at_ns):
+                return None  # unknown, or not yet heard of at that time
+            _, parent, t, r = min(history, key=lambda e: abs((e[0] or at_ns) - at_ns))
+            chain.append((t, r))
+            frame = parent
+        return None
 
 
 class PerceptionNode(Node):
@@ -136,7 +168,7 @@ class PerceptionNode(Node):
                     lambda msg, n=name, k=kind: self._on_camera(n, k, msg),
                     camera_sub_qos(self, f"camera/{name}/{topic}"))
         self.create_subscription(TFMessage, "/tf", self.tf.add, TF_QOS)
-        self.create_subscription(TFMessage, "/tf_static", self.tf.add, TF_STATIC_QOS)
+        self.create_subscription(TFMessage, "/tf_static", self.tf.add_static, TF_STATIC_QOS)
         group = ReentrantCallbackGroup()
         service(self, Segment, "~/segment", self._segment, callback_group=group)
         service(self, Locate, "~/locate", self._locate, callback_group=group)
@@ -164,23 +196,23 @@ class PerceptionNode(Node):
 
     # --- data ----------------------------------------------------------------------------
     def _fresh_view(self, camera: str, need_depth: bool) -> View:
-        """The camera's data as it is after the request came in.
-
-        A robot republishes its latest frames every tick with a new stamp, so stamps cannot
-        tell a frame from before a reset or a motion's end from one after it; the frames
-        that arrive after the request can. Two of each are awaited: the first may have left
-        the robot just before the request's cause (a reset, say) had finished.
-        """
+        """The camera's data as it is after the request came in: images measured no earlier
+        than the request, so that a locate asked right after a reset or a motion sees the
+        scene after it. Stamps, not arrival counts, tell: on a loaded machine frames taken
+        before the request can still be queued here when it comes."""
         if camera not in self._views:
             raise ValueError(f"unknown camera '{camera}'; cameras: "
                              f"{', '.join(self._views)}")
-        kinds = ("rgb", "info", "depth") if need_depth else ("rgb", "info")
+        after = self.get_clock().now().nanoseconds
+        kinds = ("rgb", "depth") if need_depth else ("rgb",)
         view = self._views[camera]
         with self._arrived:
-            start = {k: view.received[k] for k in kinds}
-            fresh = lambda: [k for k in kinds if view.received[k] < start[k] + 2]  # noqa: E731
-            self._arrived.wait_for(lambda: not fresh(), timeout=self.max_age)
-            missing, view = fresh(), replace(view, received=dict(view.received))
+            stale = lambda: [k for k in kinds  # noqa: E731
+                             if getattr(view, k) is None
+                             or stamp_to_ns(getattr(view, k).header.stamp) < after] + \
+                ([] if view.info is not None else ["info"])
+            self._arrived.wait_for(lambda: not stale(), timeout=self.max_age)
+            missing, view = stale(), replace(view, received=dict(view.received))
         if missing:
             names = {"rgb": "image_raw", "info": "camera_info", "depth": "depth/image_raw"}
             raise ValueError(
@@ -246,8 +278,9 @@ class PerceptionNode(Node):
         depth = image_to_numpy(view.depth)
         if depth.dtype == np.uint16:  # 16UC1 depth is in millimetres (REP-118)
             depth = depth.astype(np.float32) / 1000.0
-        position, orientation = self.tf.lookup(self.base_frame, view.depth.header.frame_id
-                                               or view.rgb.header.frame_id)
+        position, orientation = self.tf.lookup(
+            self.base_frame, view.depth.header.frame_id or view.rgb.header.frame_id,
+            stamp_to_ns(view.depth.header.stamp), self.max_age)
         intrinsics = Intrinsics.from_camera_info(view.info)
         located = []
         for det in self._detect(camera, view, query):

@@ -287,6 +287,7 @@ def _record(result, task: TaskStatus, run_dir: Path, instruction: str) -> dict:
         "agent_status": status, "summary": result.summary,
         "turns": int(result.turns), "tool_calls": int(result.tool_calls),
         "input_tokens": int(result.input_tokens), "output_tokens": int(result.output_tokens),
+        "cached_input_tokens": int(files.get("cached_input_tokens", 0)),
         "steps": int(task.step), "episode_id": task.episode_id,
         "video": files.get("video"),
     }

@@ -96,32 +96,54 @@ class RetryingModel(WrapperModel):
             await asyncio.sleep(self.backoff * 2 ** attempt)
 
 
+def cache_settings(model: Model) -> Optional[dict]:
+    """Prompt caching where the provider needs to be asked: Anthropic caches the system
+    prompt, the tool definitions and the history up to the newest message when each is
+    marked, and a run resends all three every turn. (OpenAI caches long prompts by itself.)
+    """
+    if model.system != "anthropic":
+        return None
+    return {"anthropic_cache_instructions": True, "anthropic_cache_tool_definitions": True,
+            "anthropic_cache_messages": True}
+
+
 def _is_image(item) -> bool:
     return isinstance(item, BinaryContent) and item.is_image
 
 
 def prune_images(messages: list, keep: int) -> list:
-    """Keep the newest ``keep`` images; older ones become a text placeholder."""
+    """Keep the newest ``keep`` to ``2 * keep - 1`` images; older ones become a text
+    placeholder.
+
+    Images go ``keep`` at a time rather than one per turn: a pruned image rewrites the
+    history where it was, and a provider's prompt cache reads only an unchanged prefix, so
+    pruning one image per turn would make every turn miss the cache.
+    """
+    images = [item for message in messages if isinstance(message, ModelRequest)
+              for part in message.parts if isinstance(part, (ToolReturnPart, UserPromptPart))
+              and isinstance(part.content, list) for item in part.content if _is_image(item)]
+    step = max(1, keep)
+    cutoff = max(0, len(images) - keep) // step * step  # the oldest this many go
     seen = 0
     out = []
-    for message in reversed(messages):
+    for message in messages:
         if isinstance(message, ModelRequest):
             parts = []
             for part in message.parts:
                 if isinstance(part, (ToolReturnPart, UserPromptPart)) and \
                         isinstance(part.content, list):
                     content = []
-                    for item in reversed(part.content):
+                    for item in part.content:
                         if _is_image(item):
                             seen += 1
-                            if seen > keep:
+                            if seen <= cutoff or keep <= 0:
                                 item = f"[image from an earlier turn omitted ({item.media_type})]"
                         content.append(item)
-                    part = dataclasses.replace(part, content=content[::-1])
+                    part = dataclasses.replace(part, content=content)
                 parts.append(part)
             message = dataclasses.replace(message, parts=parts)
         out.append(message)
-    return out[::-1]
+    return out
 
 
 def messages_json(messages: list) -> list:
@@ -210,7 +232,9 @@ class ApiPlanner:
         run = toolkit.run
         keep = self.max_history_images
         agent = Agent(self.model, instructions=self.system_prompt, tools=self._tools(toolkit),
-                      retries=self.tool_retries, capabilities=[ProcessHistory(lambda messages: prune_images(messages, keep))])
+                      retries=self.tool_retries, model_settings=cache_settings(self.model),
+                      capabilities=[ProcessHistory(lambda messages: prune_images(messages,
+                                                                                 keep))])
         first = toolkit.call("observe")
         prompt: object = [f"Task: {run.instruction}\n\n{first.text}"] + result_content(first)[1:]
         history: Optional[list] = None
@@ -232,6 +256,8 @@ class ApiPlanner:
                 finally:
                     usage = agent_run.usage
                     run.input_tokens += usage.input_tokens or 0
+                    run.cache_read_tokens += usage.cache_read_tokens or 0
+                    run.cache_write_tokens += usage.cache_write_tokens or 0
                     run.output_tokens += usage.output_tokens or 0
                     history = agent_run.all_messages()
                     self.messages = history
