@@ -50,9 +50,10 @@ class Hungry(PolicyBackend):
 def _lerobot(folder: str) -> PolicyBackend:
     from rpent_am import tiny_act
     from rpent_am.backends.lerobot_backend import LeRobotBackend
+    from rpent_am.model_io import ModelIO
 
-    return LeRobotBackend(folder, action_space=LIBERO_OSC_DELTA, cameras=tiny_act.CAMERAS,
-                          state_names=STATE, device="cpu")
+    return LeRobotBackend(folder, action_space=LIBERO_OSC_DELTA,
+                          io=ModelIO.simple("tiny_act", tiny_act.CAMERAS, STATE), device="cpu")
 
 
 def _serve(kind: str, folder: str, kib: int) -> None:

@@ -4,6 +4,7 @@ Launch arguments (name, default, what):
   am_backend         lerobot          scripted | lerobot | openpi | rpent_http
   am_checkpoint      ''               LeRobot checkpoint folder
   am_endpoint        ''               policy server for openpi / rpent_http
+  am_model_io        ''               what the model is fed (lerobot, openpi): pi05_libero, lerobot_libero or a YAML file; empty: the backend's default
   robot_namespace    ''               robot whose topics give the latest observation
   namespace          ''               namespace of the model node
 

@@ -20,6 +20,7 @@ Launch arguments (name, default, what):
   am_backend               none             scripted | lerobot | openpi | rpent_http | none
   am_checkpoint            ''               LeRobot checkpoint folder (am_backend:=lerobot)
   am_endpoint              ''               policy server: host:port (openpi), http://... (rpent_http)
+  am_model_io              ''               what the model is fed (lerobot, openpi): pi05_libero, lerobot_libero or a YAML file; empty: the backend's default
   perception               none             segment/locate tools for the agent: sam3_http | none
   sam3_endpoint            ''               SAM3 server, http://HOST:PORT (perception:=sam3_http)
   dashboard                false            start the Foxglove bridge (ws://127.0.0.1:dashboard_port)

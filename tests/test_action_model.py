@@ -305,3 +305,61 @@ def test_lerobot_act_checkpoint_served_over_ros(stack, node_factory, tmp_path):
     assert all(act.validate(c).shape == (10, 7) for c in chunks)
     assert result.mean_inference_ms > 0
     proc.stop()
+
+
+@pytest.mark.slow
+def test_an_openpi_pi05_libero_server_gets_openpis_libero_inputs(stack, node_factory):
+    """The openpi backend (model_io pi05_libero) with a LIBERO robot rendering at 256 px,
+    as openpi's LIBERO example renders: the server, which refuses what a pi05_libero server
+    refuses, gets the example's inputs, the state in LIBERO's world frame as the robot puts
+    its base there on /tf_static."""
+    from tf2_msgs.msg import TFMessage
+
+    from rpent_am.backends.openpi_backend import OpenPIServer
+    from rpent_contract.geometry import pose_from_msg, quaternion_to_matrix
+    from rpent_contract.qos import STATE_QOS, TF_STATIC_QOS
+    from rpent_interfaces.msg import RobotState
+
+    robot, _model, _info, _meta = stack
+    node_factory("rpent_env_sim", "libero_node", {"suite": "libero_object", "task_id": 0,
+                                                  "image_height": 256, "image_width": 256},
+                 namespace="pi", name="pi_robot")
+    pi_robot = RobotClient(namespace="pi")
+    server = OpenPIServer()
+    try:
+        info = pi_robot.wait_ready(180)
+        states, statics = [], {}
+        pi_robot.node.create_subscription(RobotState, "robot_state", states.append, STATE_QOS)
+        pi_robot.node.create_subscription(
+            TFMessage, "/tf_static",
+            lambda m: statics.update({t.child_frame_id: t for t in m.transforms}), TF_STATIC_QOS)
+        proc = node_factory("rpent_am", "am_node",
+                            {"backend": "openpi", "endpoint": f"127.0.0.1:{server.port}",
+                             "chunk_size": 5}, name="pi_model", remaps={"__node": "pi_model"})
+        pi = ActionModelClient(robot.node, model="/pi_model")
+        try:
+            meta = pi.connect(info, timeout=120)
+        except Exception:
+            pytest.fail(proc.log_tail())
+        assert meta.backend == "openpi" and (meta.image_height, meta.image_width) == (256, 256)
+        chunk = pi.predict(SOUP, client_id="pi", timeout=30, robot_namespace="pi")
+        sent = server.received[-1]
+        wait_until(lambda: states and "pi/base_link" in statics, 10,
+                   what="robot_state and the world frame")
+    finally:
+        server.close()
+        pi_robot.close()
+    world = statics["pi/base_link"]
+    assert world.header.frame_id == "pi/world"
+    t, r = world.transform.translation, world.transform.rotation
+    position, _ = pose_from_msg(states[-1].ee_pose)  # the arm stands still
+    in_world = quaternion_to_matrix([r.x, r.y, r.z, r.w]) @ position + [t.x, t.y, t.z]
+    state = sent["observation/state"]
+    np.testing.assert_allclose(state[:3], in_world, atol=1e-6)
+    fingers = dict(zip(states[-1].joint_names, states[-1].joint_positions))
+    np.testing.assert_allclose(state[6:], [fingers["panda_finger_joint1"],
+                                           -fingers["panda_finger_joint2"]], atol=1e-9)
+    assert sent["observation/image"].shape == sent["observation/wrist_image"].shape == \
+        (224, 224, 3)
+    assert sent["prompt"] == SOUP
+    np.testing.assert_allclose(chunk, np.tile(state[:7] * 0.1, (5, 1)), rtol=1e-6)

@@ -13,9 +13,11 @@ import json
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
+import yaml
 
 from dataset_bags import Episode, copy_bag, record_episodes, write_bag
 from rpent import export_dataset
@@ -238,6 +240,29 @@ def test_lerobot_trains_on_it_and_the_bringup_serves_the_checkpoint(recorded, no
     finally:
         robot.close()
         proc.stop()
+
+    # ... and evaluated by the harness: an agent that only runs the policy, the robot's
+    # verdict as the outcome (three training steps do not solve the task).
+    plan = tmp_path / "policy_only.yaml"
+    plan.write_text(yaml.safe_dump([
+        {"tool": "run_policy", "args": {"instruction": recorded[1][0].instruction,
+                                        "max_chunks": 3}},
+        {"tool": "finish", "args": {"status": "failure", "summary": "the policy ran"}}]))
+    evaluation = tmp_path / "eval"
+    result = subprocess.run(
+        [sys.executable, "-m", "rpent.eval", "--suites", "libero_object", "--tasks", "0",
+         "--init-states", "0", "--workers", "1", "--out", str(evaluation),
+         "planner:=scripted", f"plan_file:={plan}", "am_backend:=lerobot",
+         f"am_checkpoint:={checkpoint}"], env=env, capture_output=True, text=True, timeout=900)
+    results = evaluation / "results.jsonl"
+    lines = results.read_text().splitlines() if results.exists() else []
+    assert len(lines) == 1, result.stdout[-3000:] + result.stderr[-3000:]
+    record = json.loads(lines[0])
+    assert record["outcome"] == "failure" and not record["native_success"], record
+    transcript = json.loads((Path(record["run_dir"]) / "transcript.json").read_text())
+    ran = [e for e in transcript["events"] if e["kind"] == "tool_result"
+           and e["tool"] == "run_policy"]
+    assert ran and ran[0]["ok"] and record["steps"] >= 10, (ran, record)
 
 
 # --- bad input: no simulator needed ---------------------------------------------------------

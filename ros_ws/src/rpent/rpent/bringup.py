@@ -117,13 +117,19 @@ ARM_ARGS = (
     Argument("driver_only", "false", "true: only the robot (and dashboard / recorder), no "
                                      "agent or model; runs until stopped"),
 )
+MODEL_IO_ARG = Argument("am_model_io", "", "what the model is fed (lerobot, openpi): "
+                                          "pi05_libero, lerobot_libero or a YAML file; "
+                                          "empty: the backend's default")
+
+
 def model_args(backend: str) -> tuple:
     return (
         Argument("action_model", "", "model node to use (/gpu/action_model); "
                                      "empty: start one"),
         Argument("am_backend", backend, "scripted | lerobot | openpi | rpent_http | none"),
-    Argument("am_checkpoint", "", "LeRobot checkpoint folder (am_backend:=lerobot)"),
+        Argument("am_checkpoint", "", "LeRobot checkpoint folder (am_backend:=lerobot)"),
         Argument("am_endpoint", "", "policy server: host:port (openpi), http://... (rpent_http)"),
+        MODEL_IO_ARG,
     )
 def perception_args(default: str, choices: str) -> tuple:
     return (
@@ -157,12 +163,7 @@ def model_nodes(args: dict, ns: str) -> tuple[list, str]:
         return [], args["action_model"]
     if args["am_backend"] == "none":
         return [], ""
-    params = {"backend": args["am_backend"]}
-    if args["am_checkpoint"]:
-        params["checkpoint"] = args["am_checkpoint"]
-    if args["am_endpoint"]:
-        params["endpoint"] = args["am_endpoint"]
-    node = NodeSpec("rpent_am", "am_node", "action_model", ns, parameters=params)
+    node = NodeSpec("rpent_am", "am_node", "action_model", ns, parameters=_model_params(args))
     return [node], (f"/{ns}/action_model" if ns else "/action_model")
 
 
@@ -301,12 +302,18 @@ def _so101(args: dict) -> list:
             "calibration_dir": os.path.abspath, "require_approval": _flag})}))
 
 
+def _model_params(args: dict) -> dict:
+    """The action-model node's parameters from the am_* arguments given."""
+    params = {"backend": args["am_backend"]}
+    for arg, name in (("am_checkpoint", "checkpoint"), ("am_endpoint", "endpoint"),
+                      ("am_model_io", "model_io")):
+        if args[arg]:
+            params[name] = args[arg]
+    return params
+
+
 def _action_model(args: dict) -> list:
-    params = {"backend": args["am_backend"], "robot_namespace": args["robot_namespace"]}
-    if args["am_checkpoint"]:
-        params["checkpoint"] = args["am_checkpoint"]
-    if args["am_endpoint"]:
-        params["endpoint"] = args["am_endpoint"]
+    params = {**_model_params(args), "robot_namespace": args["robot_namespace"]}
     return [NodeSpec("rpent_am", "am_node", "action_model", args["namespace"].strip("/"),
                      parameters=params, required=True)]
 
@@ -348,6 +355,7 @@ BRINGUPS = {b.name: b for b in (
         Argument("am_backend", "lerobot", "scripted | lerobot | openpi | rpent_http"),
         Argument("am_checkpoint", "", "LeRobot checkpoint folder"),
         Argument("am_endpoint", "", "policy server for openpi / rpent_http"),
+        MODEL_IO_ARG,
         Argument("robot_namespace", "", "robot whose topics give the latest observation"),
         Argument("namespace", "", "namespace of the model node"),
     ), _action_model),

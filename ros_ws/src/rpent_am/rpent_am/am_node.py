@@ -35,13 +35,14 @@ from rclpy.executors import ExternalShutdownException, SingleThreadedExecutor
 from rclpy.node import Node
 from rclpy.validate_namespace import validate_namespace
 from sensor_msgs.msg import Image
+from tf2_msgs.msg import TFMessage
 
 from rpent_contract import params
 from rpent_contract.control_space import ControlSpaceSpec, array_to_chunk
 from rpent_contract.geometry import pose_from_msg, stamp_to_ns
 from rpent_contract.images import image_to_numpy, to_rgb
 from rpent_contract.node_main import run_node
-from rpent_contract.qos import STATE_QOS, camera_sub_qos
+from rpent_contract.qos import STATE_QOS, TF_STATIC_QOS, camera_sub_qos
 from rpent_contract.robot_node import OBJECT_POSES_SERVICE
 from rpent_contract.serving import action_server, service
 from rpent_contract.validation import GoalRejected, check_chunk, check_timeout
@@ -52,6 +53,7 @@ from rpent_interfaces.srv import GetModelMeta, GetObjectPoses, GetRobotInfo, Res
 from .backends import BACKENDS, make_backend
 from .observation import (
     ObservationError,
+    StaticFrames,
     check_chunk_shape,
     check_observation,
     from_msg,
@@ -114,6 +116,9 @@ class ObservationHub:
         self._lock = threading.Lock()
         self._doomed: list = []
         self._wake = self.node.create_guard_condition(self._drop_doomed)
+        # Robots' world frames, for models trained in a simulator's world (model_io).
+        self.frames = StaticFrames()
+        self.node.create_subscription(TFMessage, "/tf_static", self.frames.add, TF_STATIC_QOS)
         self._thread = threading.Thread(target=self._spin, name="observations", daemon=True)
         self._thread.start()
 
@@ -229,7 +234,7 @@ class LatestObservation:
             state, images = self._state, dict(self._images)
         return PolicyObservation(
             images={c: to_rgb(image_to_numpy(images[c]), images[c].encoding) for c in cameras},
-            state=state_from_robot_state(state, state_names),
+            state=state_from_robot_state(state, state_names, self._hub.frames),
             state_names=list(state_names), stamp_ns=stamp_to_ns(state.header.stamp),
             robot=self.namespace)
 

@@ -1,15 +1,19 @@
 """Contract messages <-> policy observations, and the checks against a model's metadata."""
 from __future__ import annotations
 
-from typing import Sequence
+import threading
+from typing import Optional, Sequence
 
 import numpy as np
 
-from rpent_contract.geometry import stamp_to_ns
+from rpent_contract.geometry import (WORLD_FRAME, pose_from_msg, quaternion_multiply,
+                                     quaternion_to_matrix, stamp_to_ns)
 from rpent_contract.images import image_to_numpy, numpy_to_image, to_rgb
 
 from .policy import BackendError, ModelMeta, PolicyObservation
 
+# robot_state entries of the end effector in the robot's world frame: world_ee_x, ...
+WORLD_PREFIX = "world_"
 # State entries every robot can provide from robot_state, besides its joint names.
 POSE_STATE = {
     "ee_x": lambda s: s.ee_pose.position.x, "ee_y": lambda s: s.ee_pose.position.y,
@@ -23,20 +27,72 @@ class ObservationError(ValueError):
     """An observation does not fit the model; nothing was predicted."""
 
 
-def state_from_robot_state(msg, names: Sequence[str]) -> np.ndarray:
-    """Pick ``names`` out of a RobotState: ee pose / gripper entries, or joint names."""
+class StaticFrames:
+    """The fixed frames robots publish on /tf_static, newest per child frame: where a
+    robot's base is in its ``world`` (a simulator's), for models trained in that frame."""
+
+    def __init__(self):
+        self._parents: dict = {}
+        self._lock = threading.Lock()
+
+    def add(self, msg) -> None:
+        with self._lock:
+            for tf in msg.transforms:
+                t, r = tf.transform.translation, tf.transform.rotation
+                self._parents[tf.child_frame_id] = (
+                    tf.header.frame_id, np.array([t.x, t.y, t.z]), np.array([r.x, r.y, r.z, r.w]))
+
+    def in_world(self, frame: str) -> Optional[tuple]:
+        """(position, quaternion xyzw) of ``frame`` in the ``world`` frame above it."""
+        position, orientation = np.zeros(3), np.array([0.0, 0.0, 0.0, 1.0])
+        with self._lock:
+            for _ in range(16):
+                if frame.rsplit("/", 1)[-1] == WORLD_FRAME:
+                    return position, orientation
+                if frame not in self._parents:
+                    return None
+                frame, t, r = self._parents[frame]
+                position = quaternion_to_matrix(r) @ position + t
+                orientation = quaternion_multiply(r, orientation)
+        return None
+
+
+def state_from_robot_state(msg, names: Sequence[str],
+                           frames: Optional[StaticFrames] = None) -> np.ndarray:
+    """Pick ``names`` out of a RobotState: ee pose / gripper entries, joint names, or the ee
+    pose in the robot's world frame (``world_ee_x`` ..., from ``frames``)."""
     joints = dict(zip(msg.joint_names, msg.joint_positions))
+    world = None
     values = []
     for name in names:
         if name in POSE_STATE:
             values.append(POSE_STATE[name](msg))
         elif name in joints:
             values.append(joints[name])
+        elif name.startswith(WORLD_PREFIX) and name[len(WORLD_PREFIX):] in POSE_STATE:
+            if world is None:
+                world = _ee_in_world(msg, frames)
+            values.append(world[name[len(WORLD_PREFIX):]])
         else:
             raise ObservationError(
                 f"the model needs state '{name}', which robot_state does not carry "
-                f"(has {', '.join(list(POSE_STATE) + list(joints))})")
+                f"(has {', '.join(list(POSE_STATE) + list(joints))}, and the world_ entries "
+                "where the robot has a world frame)")
     return np.asarray(values, dtype=np.float64)
+
+
+def _ee_in_world(msg, frames: Optional[StaticFrames]) -> dict:
+    base = frames.in_world(msg.header.frame_id) if frames is not None else None
+    if base is None:
+        raise ObservationError(
+            f"the model needs the end effector in the robot's world frame, and no "
+            f"'{WORLD_FRAME}' frame above '{msg.header.frame_id}' is on /tf_static: only a "
+            "robot with a world (a simulator) publishes one")
+    position, orientation = pose_from_msg(msg.ee_pose)
+    p = quaternion_to_matrix(base[1]) @ position + base[0]
+    q = quaternion_multiply(base[1], orientation)
+    return dict(zip(("ee_x", "ee_y", "ee_z", "ee_qx", "ee_qy", "ee_qz", "ee_qw"),
+                    [*p, *q]))
 
 
 def from_msg(msg) -> PolicyObservation:

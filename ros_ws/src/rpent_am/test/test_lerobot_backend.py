@@ -4,6 +4,7 @@ import pytest
 
 from rpent_am import tiny_act
 from rpent_am.backends.lerobot_backend import LeRobotBackend
+from rpent_am.model_io import ModelIO
 from rpent_am.policy import BackendError, PolicyObservation
 from rpent_contract.control_space import ControlSpaceSpec
 
@@ -29,9 +30,12 @@ def observation(seed=0):
         state=rng.normal(size=8), state_names=STATE)
 
 
+def fed(cameras=CAMERAS, state=STATE):
+    return ModelIO.simple("test", cameras, state)
+
+
 def backend(folder, **kw):
-    return LeRobotBackend(str(folder), action_space=SPACE, cameras=CAMERAS, state_names=STATE,
-                          **kw)
+    return LeRobotBackend(str(folder), action_space=SPACE, io=fed(), **kw)
 
 
 def test_predict_through_saved_checkpoint(checkpoint):
@@ -73,15 +77,13 @@ def test_sessions_share_weights_and_reset(checkpoint):
 
 def test_configuration_mismatches_are_clear(checkpoint, tmp_path):
     with pytest.raises(BackendError, match="observation.images.front"):
-        LeRobotBackend(str(checkpoint), action_space=SPACE, cameras={"agentview": "x"},
-                       state_names=STATE)
-    with pytest.raises(BackendError, match="8 entries; state_names lists 3"):
-        LeRobotBackend(str(checkpoint), action_space=SPACE, cameras=CAMERAS,
-                       state_names=STATE[:3])
+        LeRobotBackend(str(checkpoint), action_space=SPACE, io=fed({"agentview": "x"}))
+    with pytest.raises(BackendError, match="8 entries; test makes 3"):
+        LeRobotBackend(str(checkpoint), action_space=SPACE, io=fed(state=STATE[:3]))
     six = ControlSpaceSpec(name="six", labels=tuple("abcdef"), units=("1",) * 6,
                            lower=(-1.0,) * 6, upper=(1.0,) * 6, relative=True)
     with pytest.raises(BackendError, match="6 entries"):
-        LeRobotBackend(str(checkpoint), action_space=six, cameras=CAMERAS, state_names=STATE)
+        LeRobotBackend(str(checkpoint), action_space=six, io=fed())
     with pytest.raises(BackendError, match="not a LeRobot checkpoint"):
         backend(tmp_path)
     be = backend(checkpoint)

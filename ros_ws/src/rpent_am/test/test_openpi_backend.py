@@ -1,49 +1,18 @@
-"""OpenPIBackend against a protocol-level OpenPI server: openpi-client runs for real."""
-import threading
+"""OpenPIBackend against a protocol-level OpenPI server that checks what a pi05_libero
+server checks: openpi-client runs for real."""
 import time
 
 import numpy as np
 import pytest
-from openpi_client import msgpack_numpy
-from websockets.sync.server import serve
 
-from rpent_am.backends.openpi_backend import OpenPIBackend
+from rpent_am.backends.openpi_backend import OpenPIBackend, OpenPIServer
+from rpent_am.model_io import SHIPPED, ModelIO
 from rpent_am.policy import BackendError, PolicyObservation
 from rpent_contract.control_space import ControlSpaceSpec
 
 SPACE = ControlSpaceSpec(name="osc7", labels=tuple("abcdefg"), units=("1",) * 7,
                          lower=(-1.0,) * 7, upper=(1.0,) * 7, relative=True)
-STATE_NAMES = ("ee_x", "ee_y", "ee_z", "ax", "ay", "az", "f1", "f2", "extra")
-
-
-class FakeOpenPIServer:
-    """Speaks what serve_policy.py speaks: metadata frame, then obs -> {"actions": ...}.
-
-    ``answer(obs)`` builds each reply; ``handshake_delay`` holds back the metadata frame.
-    """
-
-    def __init__(self, answer=None, handshake_delay=0.0, metadata=None):
-        self.answer = answer or (lambda obs: {"actions": np.tile(
-            obs["observation/state"][:7].astype(np.float64), (10, 1)) * 0.1})
-        self.handshake_delay, self.metadata = handshake_delay, metadata or {"model": "fake-pi05"}
-        self.received = []
-        self._server = serve(self._handle, "127.0.0.1", 0, compression=None, max_size=None)
-        self.port = self._server.socket.getsockname()[1]
-        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
-        self._thread.start()
-
-    def _handle(self, conn):
-        time.sleep(self.handshake_delay)
-        conn.send(msgpack_numpy.packb(self.metadata))
-        for frame in conn:
-            obs = msgpack_numpy.unpackb(frame)
-            self.received.append(obs)
-            reply = self.answer(obs)
-            conn.send(reply if isinstance(reply, str) else msgpack_numpy.packb(reply))
-
-    def close(self):
-        self._server.shutdown()
-        self._thread.join(timeout=5)
+PI05_LIBERO = SHIPPED["pi05_libero"]
 
 
 @pytest.fixture
@@ -51,7 +20,7 @@ def server():
     servers = []
 
     def make(**kw):
-        servers.append(FakeOpenPIServer(**kw))
+        servers.append(OpenPIServer(**kw))
         return servers[-1]
 
     yield make
@@ -59,51 +28,70 @@ def server():
         s.close()
 
 
-def observation(h=128, w=160):
+def observation(h=256, w=256):
     rng = np.random.default_rng(0)
+    names = PI05_LIBERO.entries()
     return PolicyObservation(
         images={"agentview": rng.integers(0, 255, (h, w, 3), dtype=np.uint8),
                 "robot0_eye_in_hand": rng.integers(0, 255, (h, w, 3), dtype=np.uint8)},
-        state=np.arange(1, 10, dtype=np.float64) / 10, state_names=STATE_NAMES)
+        state=np.array([-0.2, 0.0, 1.17, 0.0, 0.0, 0.0, 1.0, 0.04, 0.04][:len(names)]),
+        state_names=names)
 
 
 def backend(srv, **kw):
-    kw.setdefault("state_names", STATE_NAMES[:8])
     return OpenPIBackend("127.0.0.1", srv.port, action_space=SPACE, timeout=2.0,
                          connect_timeout=2.0, **kw)
 
 
-def test_predict_round_trip_maps_libero_keys(server):
+def test_a_pi05_libero_server_gets_what_openpis_libero_example_sends(server):
     srv = server()
     be = backend(srv, chunk_size=5)
+    obs = observation()
     try:
         assert be.meta.extra["server_metadata"] == {"model": "fake-pi05"}
         assert be.meta.required_cameras == ("agentview", "robot0_eye_in_hand")
-        chunk = be.predict(observation(), "put the bowl on the plate", "s1")
+        assert list(be.meta.state_names) == PI05_LIBERO.entries()
+        chunk = be.predict(obs, "put the bowl on the plate", "s1")
     finally:
         be.close()
-    obs = srv.received[0]
-    assert set(obs) == {"observation/image", "observation/wrist_image", "observation/state",
-                        "prompt"}
-    assert obs["prompt"] == "put the bowl on the plate"
-    assert obs["observation/image"].shape == (224, 224, 3)
-    assert obs["observation/image"].dtype == np.uint8
-    np.testing.assert_allclose(obs["observation/state"], np.arange(1, 9) / 10, rtol=1e-6)
+    sent = srv.received[0]
+    assert set(sent) == {"observation/image", "observation/wrist_image", "observation/state",
+                         "prompt"}
+    assert sent["prompt"] == "put the bowl on the plate"
+    expected = PI05_LIBERO.inputs(obs)
+    for key in ("observation/image", "observation/wrist_image"):
+        assert sent[key].dtype == np.uint8 and sent[key].shape == (224, 224, 3)
+        np.testing.assert_array_equal(sent[key], expected[key])
+    # world position, axis-angle of the hand (identity turned 90 degrees about z here), fingers
+    np.testing.assert_allclose(sent["observation/state"],
+                               [-0.2, 0.0, 1.17, 0.0, 0.0, np.pi / 2, 0.04, -0.04], atol=1e-12)
     assert chunk.shape == (5, 7)
-    np.testing.assert_allclose(chunk[0], np.arange(1, 8) / 100, rtol=1e-6)
+    np.testing.assert_allclose(chunk[0], sent["observation/state"][:7] * 0.1)
 
 
-def test_custom_key_mapping_and_native_size(server):
-    srv = server(answer=lambda obs: {"actions": np.zeros((4, 7), np.float32)})
-    be = OpenPIBackend("127.0.0.1", srv.port, action_space=SPACE, cameras={"agentview": "img"},
-                       state_key="qpos", prompt_key="task", image_size=0, timeout=2.0)
+def test_what_a_pi05_libero_server_refuses_comes_back_as_its_error(server):
+    """A model_io that does not fit the server (a 9-entry state) is refused by it."""
+    srv = server()
+    names = ("ee_x", "ee_y", "ee_z", "ee_qx", "ee_qy", "ee_qz", "ee_qw", "gripper_width", "x")
+    fed = ModelIO.simple("nine", {"agentview": "observation/image",
+                                  "robot0_eye_in_hand": "observation/wrist_image"},
+                         names, state_key="observation/state")
+    be = backend(srv, io=fed)
+    obs = PolicyObservation(observation().images, np.arange(9) / 10.0, names)
     try:
-        assert be.predict(observation(), "go", "s").shape == (4, 7)
+        with pytest.raises(BackendError, match="expected 8 floats"):
+            be.predict(obs, "go", "s")
     finally:
         be.close()
-    assert set(srv.received[0]) == {"img", "qpos", "task"}
-    assert srv.received[0]["img"].shape == (128, 160, 3)
-    assert srv.received[0]["qpos"].shape == (9,)
+
+
+def test_cameras_at_another_size_than_the_models_are_refused(server):
+    be = backend(server())
+    try:
+        with pytest.raises(BackendError, match="trained on 256x256.*image_height"):
+            be.predict(observation(128, 128), "go", "s")
+    finally:
+        be.close()
 
 
 def test_missing_camera_is_a_clear_error(server):
@@ -159,8 +147,7 @@ def test_inference_timeout_then_reconnects(server):
         return {"actions": np.zeros((10, 7))}
 
     srv = server(answer=answer)
-    be = OpenPIBackend("127.0.0.1", srv.port, action_space=SPACE, timeout=0.5,
-                       state_names=None)
+    be = OpenPIBackend("127.0.0.1", srv.port, action_space=SPACE, timeout=0.5)
     try:
         start = time.monotonic()
         with pytest.raises(BackendError, match="within 0.5 s"):

@@ -82,6 +82,10 @@ class RobotSnapshot:
     # A driver that keeps its last state while the robot is unreachable keeps this stamp, so
     # the node can tell a repeated measurement from a new one.
     stamp_ns: Optional[int] = None
+    # The base's pose (position, quaternion x, y, z, w) in a fixed ``world`` frame, where the
+    # robot has one (a simulator's world, which its models' training data used): published
+    # as the frame ``world`` on /tf_static.
+    base_in_world: Optional[tuple] = None
 
 
 @dataclass

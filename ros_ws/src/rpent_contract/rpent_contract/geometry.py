@@ -91,6 +91,11 @@ def pose_to_msg(position, orientation, msg=None):
     return msg
 
 
+# The fixed frame a robot with a world (a simulator) puts its base in on /tf_static, under
+# the robot's frame_prefix.
+WORLD_FRAME = "world"
+
+
 def stamp_to_ns(stamp) -> int:
     """A builtin_interfaces/Time as integer nanoseconds, exact (no float rounding)."""
     return stamp.sec * 1_000_000_000 + stamp.nanosec

@@ -49,7 +49,7 @@ from . import params
 from .control_space import chunk_to_array
 from .description import RobotModel
 from .driver import Motion, ResetRequest, RobotDriver, RobotSnapshot
-from .geometry import pose_from_msg, pose_to_msg
+from .geometry import WORLD_FRAME, pose_from_msg, pose_to_msg
 from .images import numpy_to_image
 from .motion import MotionArbiter
 from .node_main import run_node
@@ -221,6 +221,7 @@ class RobotContractNode(Node):
             self._description_pub = self.create_publisher(String, "robot_description",
                                                           LATCHED_QOS)
             self._description_pub.publish(String(data=self.model.urdf))
+        self._world: Optional[tuple] = None  # base_in_world last sent on /tf_static
         self._publish_static_frames()
         self._requests_pub = self.create_publisher(OperatorRequests, REQUESTS_TOPIC,
                                                    LATCHED_QOS)
@@ -318,7 +319,8 @@ class RobotContractNode(Node):
                     f"a frame of this robot; use one of {', '.join(sorted(frames))}")
 
     def _publish_static_frames(self) -> None:
-        """The model's fixed joints and the camera mounts, once on /tf_static."""
+        """The model's fixed joints, the camera mounts and the world frame on /tf_static:
+        all of them each time, as latched (depth 1) tf_static publishers must."""
         stamp = self.get_clock().now().to_msg()
         p = self.frame_prefix
         transforms = [
@@ -330,6 +332,9 @@ class RobotContractNode(Node):
         transforms += [self._transform(stamp, p + mount, p + optical_frame(name), position,
                                        orientation)
                        for name, (mount, position, orientation) in self.camera_mounts.items()]
+        if self._world is not None:
+            transforms.append(self._transform(stamp, p + WORLD_FRAME, self.base_frame,
+                                              *self._world))
         if transforms:
             self._tf_static_pub.publish(TFMessage(transforms=transforms))
 
@@ -389,6 +394,13 @@ class RobotContractNode(Node):
         state.active_goal = self._active_goal
         state.errors = errors
         state.episode_step = int(snap.episode_step)
+        if snap.base_in_world is not None and (
+                self._world is None or not all(np.array_equal(a, b) for a, b in
+                                               zip(snap.base_in_world, self._world))):
+            # Before the state: a consumer that composes both finds the new world frame
+            # (a reset to another scene moves it) no later than the state it belongs to.
+            self._world = tuple(np.asarray(v, dtype=float) for v in snap.base_in_world)
+            self._publish_static_frames()
         self._state_pub.publish(state)
         self._publish_task(snap)
         if stale:

@@ -134,6 +134,7 @@ class LiberoDriver(RobotDriver):
             ee_orientation=obs.ee_orientation,
             gripper_width=float(obs.gripper_width),
             episode_step=obs.step,
+            base_in_world=obs.base_in_world,
             # A step without rendering keeps showing the last rendered frames.
             images={name: CameraImage(f.rgb, f.fx, f.fy, f.cx, f.cy, depth=f.depth,
                                       position=f.position, orientation=f.orientation)

@@ -72,6 +72,9 @@ class SimObservation:
     success: bool
     step: int
     truncated: bool = False  # step >= max_episode_steps; step() refuses to go further until reset()
+    # The robot base in MuJoCo's world frame (position, quat xyzw): LIBERO's own
+    # observations (robot0_eef_pos/quat), which its datasets hold, are in that frame.
+    base_in_world: tuple | None = None
 
 
 def _import_libero():
@@ -395,6 +398,7 @@ class LiberoSim:
         # robosuite's second finger joint closes towards +; franka_description's opens towards +.
         finger_q = np.array([finger_q[0], -finger_q[1]])
         ee_pos, ee_quat = self._site_pose_in_base(robot.controller.eef_name)
+        base_pos, base_quat = self._base_pose_world()
         return SimObservation(
             arm_joint_positions=arm_q,
             gripper_joint_positions=finger_q,
@@ -405,6 +409,7 @@ class LiberoSim:
             success=bool(self._env.check_success()),
             step=self._step_count,
             truncated=self._step_count >= self.max_episode_steps,
+            base_in_world=(base_pos, _wxyz_to_xyzw(base_quat)),
         )
 
     def object_poses(self) -> dict[str, tuple[np.ndarray, np.ndarray]]:

@@ -8,7 +8,8 @@
 
 Flags choose the episodes and run the harness; ``name:=value`` arguments are the
 ``libero_sim`` bring-up's own (planner, model, base_url, am_backend, am_checkpoint,
-am_endpoint, action_model, privileged, max_turns, max_episode_steps, robots_file), with
+am_endpoint, am_model_io, action_model, privileged, max_turns, max_episode_steps,
+robots_file), with
 the same defaults. Rerunning the same command resumes: finished episodes are skipped.
 """
 from __future__ import annotations

@@ -168,7 +168,8 @@ class Evaluation:
         # The model reads its action space from one robot (they all declare the same);
         # each goal then names the robot whose observation it predicts from.
         given = {"am_backend": args["am_backend"], "am_checkpoint": args["am_checkpoint"],
-                 "am_endpoint": args["am_endpoint"], "namespace": self._run_id,
+                 "am_endpoint": args["am_endpoint"], "am_model_io": args["am_model_io"],
+                 "namespace": self._run_id,
                  "robot_namespace": self._worker_namespace(0)}
         spec = describe("action_model", given)[0]
         return spec, f"/{self._run_id}/action_model"

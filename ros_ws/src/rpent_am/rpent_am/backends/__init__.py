@@ -6,16 +6,16 @@ happen here, not at node import, so a scripted or remote model needs none of the
 """
 from __future__ import annotations
 
-from typing import Callable
+from typing import Callable, Optional
 
 from rpent_contract import params
 from rpent_contract.control_space import ControlSpaceSpec
 from rpent_contract.extras import require
 
+from ..model_io import SHIPPED, ModelIO, load
 from ..policy import PolicyBackend
 
 BACKENDS = ("scripted", "lerobot", "openpi", "rpent_http")
-LIBERO_CAMERAS = ["agentview=observation/image", "robot0_eye_in_hand=observation/wrist_image"]
 
 
 def _mapping(entries) -> dict:
@@ -29,6 +29,20 @@ def _mapping(entries) -> dict:
             f"camera mapping entries must look like 'agentview=observation.images.image', "
             f"got {bad}")
     return dict(pairs)
+
+
+def _model_io(declare: Callable, default: str, simple: Optional[Callable] = None) -> ModelIO:
+    """The ``model_io`` parameter: a shipped configuration's name or a YAML file; '' (where
+    ``simple`` builds one) feeds cameras and state entries as they are."""
+    empty = "" if simple is None else "; empty = cameras and state_names as they are"
+    spec = declare("model_io", default, f"what the model is fed: {', '.join(SHIPPED)} or a "
+                   f"YAML file of model_io fields{empty}")
+    if not spec and simple is not None:
+        return simple()
+    try:
+        return load(spec)
+    except ValueError as err:
+        raise params.ParameterError(f"model_io: {err}") from None
 
 
 def make_backend(name: str, declare: Callable, space: ControlSpaceSpec, control_rate: float,
@@ -48,16 +62,17 @@ def make_backend(name: str, declare: Callable, space: ControlSpaceSpec, control_
         require("models", "the lerobot backend", "lerobot")
         from .lerobot_backend import LeRobotBackend
 
+        io = _model_io(d, "", lambda: ModelIO.simple(
+            "lerobot", _mapping(d("cameras", ["agentview=observation.images.image"],
+                                  "contract_camera=policy_feature pairs (without model_io)")),
+            d("state_names", ["ee_x", "ee_y", "ee_z", "gripper_width"],
+              "robot_state entries forming observation.state, in order (without model_io)"),
+            prompt_key="task"))
         return LeRobotBackend(
             d("checkpoint", "", "LeRobot checkpoint folder (save_pretrained output)",
               lambda v: None if v else "set it to the folder with config.json"),
-            action_space=space,
-            cameras=_mapping(d("cameras", ["agentview=observation.images.image"],
-                               "contract_camera=policy_feature pairs")),
-            state_names=d("state_names", ["ee_x", "ee_y", "ee_z", "gripper_width"],
-                          "robot_state entries forming observation.state, in order"),
-            chunk_size=chunk, device=d("device", "", "torch device; empty = cuda if "
-                                       "available, else cpu") or None,
+            action_space=space, io=io, chunk_size=chunk,
+            device=d("device", "", "torch device; empty = cuda if available, else cpu") or None,
             control_rate=control_rate, timeout=timeout)
     if name == "openpi":
         require("models", "the openpi backend", "openpi_client")
@@ -65,15 +80,9 @@ def make_backend(name: str, declare: Callable, space: ControlSpaceSpec, control_
 
         host, _, port = d("endpoint", "127.0.0.1:8000", "host:port of the OpenPI server",
                           lambda v: None if ":" in v else "write host:port").rpartition(":")
-        return OpenPIBackend(
-            host, int(port), action_space=space, chunk_size=chunk,
-            cameras=_mapping(d("cameras", LIBERO_CAMERAS, "contract_camera=openpi_key pairs")),
-            state_names=d("state_names", ["ee_x", "ee_y", "ee_z", "ee_qx", "ee_qy", "ee_qz",
-                                          "ee_qw", "gripper_width"],
-                          "robot_state entries forming the state vector"),
-            image_size=d("image_size", 224, "px the images are resized (padded) to; 0 = as is",
-                         lambda v: None if v >= 0 else "must be >= 0"),
-            timeout=timeout, control_rate=control_rate)
+        return OpenPIBackend(host, int(port), action_space=space, chunk_size=chunk,
+                             io=_model_io(d, "pi05_libero"),
+                             timeout=timeout, control_rate=control_rate)
     if name == "rpent_http":
         from .rpent_http import RpentHttpBackend
 

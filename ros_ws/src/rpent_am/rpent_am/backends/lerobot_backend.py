@@ -12,10 +12,12 @@ One ``predict`` = LeRobot's chunk inference as its own async policy server runs 
 chunk is cut to the policy's ``n_action_steps`` (what it would execute open-loop), or to
 ``chunk_size`` when configured.
 
-Which contract data feeds which policy feature is configuration: ``cameras`` maps a
-contract camera to a visual feature key (``observation.images.<x>``), ``state_names``
-lists the contract state entries forming ``observation.state`` in order, and the
-instruction becomes ``task``.
+What feeds which policy feature is the model's :class:`~rpent_am.model_io.ModelIO`: its
+images under visual feature keys (``observation.images.<x>``), its state vector as
+``observation.state``, the instruction as ``task``. ``lerobot_libero`` feeds LeRobot's LIBERO
+checkpoints as ``lerobot-eval`` does (its env side: the checkpoint's processor does the
+rest); a plain mapping of cameras and robot_state entries feeds a policy trained on this
+project's own exported datasets.
 
 Sessions: every session gets its own policy object that shares the weights (parameters
 and buffers) of the loaded one but owns LeRobot's per-episode state (the observation
@@ -30,7 +32,7 @@ import copy
 import itertools
 import threading
 from pathlib import Path
-from typing import Mapping, Optional, Sequence
+from typing import Optional
 
 import numpy as np
 import torch
@@ -42,6 +44,7 @@ from lerobot.utils.constants import ACTION, OBS_STATE
 
 from rpent_contract.control_space import ControlSpaceSpec
 
+from ..model_io import ModelIO
 from ..policy import BackendError, ModelMeta, PolicyBackend, PolicyObservation
 from .rpent_http import actions_array
 
@@ -49,8 +52,7 @@ HISTORY_FROM_SELECT_ACTION = ("diffusion", "vqbet", "tdmpc")
 
 
 class LeRobotBackend(PolicyBackend):
-    def __init__(self, checkpoint: str, *, action_space: ControlSpaceSpec,
-                 cameras: Mapping[str, str], state_names: Sequence[str] = (),
+    def __init__(self, checkpoint: str, *, action_space: ControlSpaceSpec, io: ModelIO,
                  chunk_size: int = 0, device: Optional[str] = None,
                  control_rate: float = 20.0, timeout: float = 30.0):
         path = Path(checkpoint).expanduser()
@@ -68,7 +70,7 @@ class LeRobotBackend(PolicyBackend):
                 f"policy (act, pi0, pi05, smolvla, groot, ...)")
         if device:
             cfg.device = device
-        self._check_features(cfg, cameras, state_names, action_space)
+        self._check_features(cfg, io, action_space)
         try:
             self._policy = get_policy_class(cfg.type).from_pretrained(
                 str(path), config=cfg, local_files_only=True)
@@ -82,34 +84,38 @@ class LeRobotBackend(PolicyBackend):
                 f"save_pretrained writes") from exc
         self._policy.eval()
         self._device = torch.device(cfg.device)
-        self._cameras, self._state_names = dict(cameras), tuple(state_names)
+        self._io = io
         steps = getattr(cfg, "n_action_steps", 0) or getattr(cfg, "chunk_size", 0)
         self._chunk_size = chunk_size or steps
         self._space = action_space
         self._sessions: dict = {}
         # One model: predictions take turns, and the session table changes under the lock.
         self._lock = threading.Lock()
-        shapes = {tuple(cfg.input_features[key].shape) for key in self._cameras.values()}
-        height, width = (shapes.pop()[1:] if len(shapes) == 1 else (0, 0))
+        height, width = io.camera_size
+        if (height, width) == (0, 0):
+            shapes = {tuple(cfg.input_features[i.key].shape) for i in io.images}
+            height, width = (shapes.pop()[1:] if len(shapes) == 1 else (0, 0))
         self._meta = ModelMeta(
             backend="lerobot", checkpoint=str(path), checkpoint_id=f"{cfg.type}:{path.name}",
             action_space=action_space, chunk_size=self._chunk_size,
-            required_cameras=tuple(self._cameras), state_names=self._state_names,
+            required_cameras=io.cameras, state_names=tuple(io.entries()),
             image_height=height, image_width=width, control_rate=control_rate,
-            default_timeout=timeout, extra={"policy_type": cfg.type, "device": cfg.device})
+            default_timeout=timeout, extra={"policy_type": cfg.type, "device": cfg.device,
+                                            "model_io": io.name})
 
     @staticmethod
-    def _check_features(cfg, cameras, state_names, action_space) -> None:
+    def _check_features(cfg, io: ModelIO, action_space) -> None:
         visual = {k for k, f in cfg.input_features.items() if f.type is FeatureType.VISUAL}
-        if set(cameras.values()) != visual:
+        fed = {i.key: i.camera for i in io.images}
+        if set(fed) != visual:
             raise BackendError(
-                f"cameras={dict(cameras)} must map one contract camera to each visual feature "
-                f"of the policy: {', '.join(sorted(visual)) or 'none'}")
+                f"the cameras of {io.name} ({fed}) must feed each visual feature of the "
+                f"policy: {', '.join(sorted(visual)) or 'none'}")
         state = cfg.input_features.get(OBS_STATE)
         wanted = state.shape[0] if state is not None else 0
-        if len(state_names) != wanted:
-            raise BackendError(f"the policy's {OBS_STATE} has {wanted} entries; state_names "
-                               f"lists {len(state_names)}: {', '.join(state_names) or 'none'}")
+        if io.state_size != wanted:
+            raise BackendError(f"the policy's {OBS_STATE} has {wanted} entries; {io.name} "
+                               f"makes {io.state_size} of {', '.join(io.entries()) or 'none'}")
         action = cfg.output_features.get(ACTION)
         if action is None or action.shape[0] != action_space.dim:
             raise BackendError(
@@ -135,15 +141,9 @@ class LeRobotBackend(PolicyBackend):
 
     def predict(self, observation: PolicyObservation, instruction: str,
                 session: str) -> np.ndarray:
-        frame = {}
-        for cam, key in self._cameras.items():
-            if cam not in observation.images:
-                raise BackendError(f"observation lacks camera '{cam}' that feeds {key} (has: "
-                                   f"{', '.join(observation.images)})")
-            frame[key] = np.ascontiguousarray(observation.images[cam])
-        if self._state_names:
-            frame[OBS_STATE] = np.array([observation.value(n) for n in self._state_names],
-                                        dtype=np.float32)
+        frame = self._io.inputs(observation)
+        if OBS_STATE in frame:
+            frame[OBS_STATE] = frame[OBS_STATE].astype(np.float32)
         with self._lock:
             policy = self._session_policy(session)
             try:
@@ -156,8 +156,9 @@ class LeRobotBackend(PolicyBackend):
                 raise BackendError(f"this LeRobot policy predicts no action chunks ({exc})") \
                     from None
             except (RuntimeError, ValueError, KeyError) as exc:
-                raise BackendError(f"LeRobot inference failed ({exc}): check that cameras and "
-                                   f"state_names match what the policy was trained on") from exc
+                raise BackendError(f"LeRobot inference failed ({exc}): check that model_io "
+                                   f"({self._io.name}) feeds what the policy was trained "
+                                   "on") from exc
         actions = torch.stack(rows, dim=1)[0].float().cpu().numpy()
         return actions_array(actions, self._space.dim, "the LeRobot policy")
 
