@@ -99,8 +99,8 @@ def test_model_calls_tools_and_receives_text_and_images(robot, tmp_path):
     assert kinds.count("tool_call") == 5 and kinds.count("tool_result") == 5
     assert {"kind": "reasoning", "text": "Let me look."} in events
     # Results bring 2 images (memory_write none); the history the model sees keeps the
-    # newest 3 to 5, dropping 3 at a time: of 2, 4, 4 and 6 images, 2, 4, 4 and 3.
-    assert image_counts == [2, 4, 4, 3]
+    # newest 3 to 8, dropping 6 at a time: of 2, 4, 4 and 6 images, none yet.
+    assert image_counts == [2, 4, 4, 6]
 
 
 def test_refused_motion_comes_back_to_the_model_as_text(robot, tmp_path):

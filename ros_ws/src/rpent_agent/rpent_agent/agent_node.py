@@ -95,6 +95,9 @@ class AgentNode(Node):
                                "model error", _non_negative_int)
         self.tool_retries = d("tool_retries", 3, "api planner: times in a row a model may "
                               "correct a malformed tool call", _non_negative_int)
+        self.prompt_cache = d("prompt_cache", True, "api planner: ask providers that need "
+                              "asking (Anthropic) to cache the prompt; false for a gateway "
+                              "that refuses cache_control")
         self.output_dir = d("output_dir", "runs", "folder of the run folders")
         self.memory_dir = d("memory_dir", "", "memory folder shared by runs; empty = "
                             "<run folder>/memory")
@@ -190,7 +193,8 @@ class AgentNode(Node):
             return ApiPlanner(build_model(self.model, self.base_url),
                               max_history_images=self.max_history_images,
                               retries=self.model_retries, run_timeout=self.run_timeout,
-                              tool_retries=self.tool_retries)
+                              tool_retries=self.tool_retries,
+                              prompt_cache=self.prompt_cache)
         if self.planner_name == "mcp":
             from .planners.mcp import McpPlanner
             planner = McpPlanner(lambda: self._toolkit, self.mcp_host, self.mcp_port,

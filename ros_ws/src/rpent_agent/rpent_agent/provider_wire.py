@@ -173,6 +173,25 @@ class _Server:
         raise NotImplementedError
 
 
+def _tokens(value) -> int:
+    """A rough Anthropic token count: a quarter of the characters of text and structure,
+    and (width x height) / 750 per image, the API's own rule for image tokens."""
+    if isinstance(value, dict):
+        source = value.get("source")
+        if value.get("type") == "image" and isinstance(source, dict):
+            raw = base64.b64decode(source.get("data", ""))
+            if raw[:8] == IMAGE_MAGIC["image/png"]:
+                width, height = int.from_bytes(raw[16:20], "big"), int.from_bytes(raw[20:24],
+                                                                                 "big")
+                return max(1, width * height // 750)
+            return 1600  # the most an image (about 1.15 megapixels) costs
+        return len(json.dumps({k: "" for k in value})) // 4 + sum(
+            _tokens(v) for k, v in value.items() if k != "cache_control")
+    if isinstance(value, list):
+        return sum(_tokens(v) for v in value)
+    return len(str(value)) // 4
+
+
 def _uncached(value):
     """``value`` without its cache_control marks (a tool result's marks sit on its content):
     where the marks are is not part of the cached prompt."""
@@ -207,7 +226,7 @@ class AnthropicServer(_Server):
         self._cache_lock = threading.Lock()
         self.usages: list = []  # the input side of each answer's usage, in order
 
-    def _cache_usage(self, request: dict, tokens_in: int) -> dict:
+    def _cache_usage(self, request: dict) -> dict:
         """(uncached, written, read) input tokens of ``request``, updating the cache."""
         system = request.get("system", [])
         blocks = list(request.get("tools", [])) + (
@@ -220,7 +239,7 @@ class AnthropicServer(_Server):
         for block in blocks:
             text = json.dumps(_uncached(block), sort_keys=True)
             digest.update(text.encode())
-            size += len(text) // 4  # the same rough count as tokens_in
+            size += _tokens(block)
             prefixes.append((digest.hexdigest(), size, "cache_control" in json.dumps(block)))
         with self._cache_lock:
             read = max((n for key, n, _ in prefixes if key in self._cache), default=0)
@@ -229,8 +248,7 @@ class AnthropicServer(_Server):
                 if marked and n >= self.min_cache_tokens and key not in self._cache:
                     self._cache.add(key)
                     written = max(written, n - read)
-            total = max(tokens_in, read + written)
-            usage = {"input_tokens": total - read - written,
+            usage = {"input_tokens": size - read - written,
                      "cache_creation_input_tokens": written, "cache_read_input_tokens": read}
             self.usages.append(usage)
         return usage
@@ -337,7 +355,7 @@ class AnthropicServer(_Server):
                 "model": request["model"], "content": blocks,
                 "stop_reason": "tool_use" if reply.tool_calls else "end_turn",
                 "stop_sequence": None,
-                "usage": {**self._cache_usage(request, tokens_in), "output_tokens": 10}}
+                "usage": {**self._cache_usage(request), "output_tokens": 10}}
 
     def stream(self, request: dict, reply: Reply, tokens_in: int):
         def event(kind: str, data: dict) -> bytes:

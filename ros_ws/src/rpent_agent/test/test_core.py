@@ -52,8 +52,8 @@ def _png(value):
 
 
 def test_history_keeps_only_the_newest_images():
-    """A model that looks 5 times sees the last 2 or 3 images (they go 2 at a time, so the
-    history stays the same for a turn); older ones are placeholders."""
+    """A model that looks 9 times sees the last 2 to 5 images (they go 4 at a time, so the
+    history stays the same for a few turns); older ones are placeholders."""
     seen = []
 
     def model(messages, info):
@@ -61,7 +61,7 @@ def test_history_keeps_only_the_newest_images():
         seen.append(sum(isinstance(c, BinaryContent) for m in pruned for p in m.parts
                         for c in (p.content if isinstance(getattr(p, "content", None), list)
                                   else [])))
-        if len(seen) <= 5:
+        if len(seen) <= 9:
             return ModelResponse(parts=[ToolCallPart("look", {})])
         return ModelResponse(parts=[TextPart("done")])
 
@@ -72,7 +72,7 @@ def test_history_keeps_only_the_newest_images():
         return ["frame", _png(len(seen))]
 
     result = agent.run_sync("go")
-    assert seen == [0, 1, 2, 3, 2, 3]
+    assert seen == [0, 1, 2, 3, 4, 5, 2, 3, 4, 5]
     dumped = json.dumps(messages_json(result.all_messages()))
     assert "earlier turn omitted" in dumped and "base64" not in dumped
 
