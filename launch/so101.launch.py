@@ -15,6 +15,7 @@ Launch arguments (name, default, what):
   output_dir         runs             where run folders are created
   run_dir            ''               use this run folder instead of a new one under output_dir
   mcp_port           8766             TCP port of the MCP server (planner:=mcp)
+  policy_mode        tools            tools | code: the model writes Python that calls the tools as robo.<tool>(...) (run_code)
   plan_file          ''               scripted planner: YAML/JSON list of tool calls to run instead of its pick-and-place heuristic
   action_model       ''               model node to use (/gpu/action_model); empty: start one
   am_backend         none             scripted | lerobot | openpi | rpent_http | none

@@ -369,3 +369,36 @@ def test_an_llm_planner_reaches_native_success_through_each_provider(robot, node
             assert (tokens["cached_input_tokens"] > 0) == (provider == "anthropic"), tokens
     assert not server.refused and not server.failures, (server.refused, server.failures)
     assert all(r.model == model.split(":")[1] for r in server.requests)
+
+
+@pytest.mark.slow
+def test_a_model_writing_code_reaches_native_success(robot, node_factory, tmp_path):
+    """policy_mode:=code through the Anthropic wire: the model is offered run_code and the
+    operator requests, sends one pick-and-place snippet, then one that finishes."""
+    from code_snippets import PICK_AND_PLACE_SNIPPET
+    from rpent_agent.provider_wire import AnthropicServer, Reply
+
+    def model(conversation):
+        sent = sum(len(m.tool_calls) for m in conversation.messages)
+        if sent == 0:
+            return Reply("I will write the plan as code.",
+                         [("run_code", {"code": PICK_AND_PLACE_SNIPPET})])
+        return Reply("", [("run_code", {"code": "robo.finish(status='success', "
+                                                "summary='placed the soup')"})])
+
+    client, _ = robot
+    with AnthropicServer(model) as server:
+        agent = Agent(node_factory, client, tmp_path, "agent_code", planner="api",
+                      model="anthropic:claude-sonnet-5", base_url=server.base_url,
+                      reset_episode=True, policy_mode="code")
+        status, result = agent.result(agent.send(SOUP), 400)
+    assert not server.refused, server.refused
+    assert {t["name"] for t in server.requests[0].tools} == {
+        "run_code", "request_operator_verdict", "request_scene_reset"}
+    assert "robo.<tool>" in server.requests[0].system
+    assert status == GoalStatus.STATUS_SUCCEEDED, result.summary
+    assert result.task_success and result.summary == "placed the soup", result.summary
+    snippets = sorted((Path(result.run_dir) / "code_policy").glob("snippet_*.py"))
+    assert [s.read_text() for s in snippets] == [PICK_AND_PLACE_SNIPPET,
+                                                 "robo.finish(status='success', "
+                                                 "summary='placed the soup')"]

@@ -16,6 +16,7 @@ from pydantic_ai.exceptions import ModelHTTPError
 from pydantic_ai.messages import ModelResponse, TextPart, ToolCallPart, ToolReturnPart
 from pydantic_ai.models.function import FunctionModel
 
+from code_snippets import PICK_AND_PLACE_SNIPPET
 from rpent_agent.memory import MemoryDir
 from rpent_agent.observer import RobotObserver
 from rpent_agent.planners.api import ApiPlanner
@@ -243,3 +244,34 @@ def test_observe_says_when_the_robot_node_is_gone(rclpy_context, node_factory, t
     assert " s old" in stale.text and ("may be down" in stale.text or "is gone" in stale.text), \
         stale.text
     assert "end effector: position" in stale.text  # the last state, marked as old
+
+
+def test_code_as_policy_picks_and_places_and_finishes(robot, tmp_path):
+    """In code mode the model is offered run_code (and the operator requests); a snippet
+    that loops the pick-and-place waypoints reaches native success, a second one reads it
+    from the first's variables and finishes the run."""
+    from rpent_agent.toolkit import CodeSettings
+
+    client, *_ = robot
+    assert client.reset(init_state_index=0).success
+    toolkit, events = make_toolkit(robot, tmp_path, code=CodeSettings(tmp_path / "code_policy"))
+    try:
+        assert set(toolkit.tools) == {"run_code", "request_operator_verdict",
+                                      "request_scene_reset"}
+        assert "robo.move_to(x, y, z, rpy=None, tolerance=None)" in \
+            toolkit.tools["run_code"].description
+        result = toolkit.call("run_code", {"code": PICK_AND_PLACE_SNIPPET})
+        assert result.ok and result.text.count("True") == 6, result.text
+        assert len(result.images) == 2  # the cameras after the snippet
+        result = toolkit.call("run_code", {"code": (
+            "status = robo.observe().text\nprint('here', here)\n"
+            "robo.finish(status='success' if 'task success: yes' in status else 'failure', "
+            "summary='placed the soup')\nprint('not printed')")})
+    finally:
+        toolkit.close()
+    assert result.ok and "not printed" not in result.text, result.text
+    assert toolkit.run.finished == ("success", "placed the soup"), toolkit.run.finished
+    # Every robot call went through the toolkit: logged and counted as tool calls.
+    called = [e["tool_name"] for e in events if e["kind"] == "tool_call"]
+    assert called.count("run_code") == 2 and called.count("move_to") == 6
+    assert (tmp_path / "code_policy" / "snippet_002.json").exists()

@@ -108,6 +108,8 @@ AGENT_ARGS = (
     Argument("output_dir", "runs", "where run folders are created"),
     Argument("run_dir", "", "use this run folder instead of a new one under output_dir"),
     Argument("mcp_port", "8766", "TCP port of the MCP server (planner:=mcp)"),
+    Argument("policy_mode", "tools", "tools | code: the model writes Python that calls the "
+                                     "tools as robo.<tool>(...) (run_code)"),
     Argument("plan_file", "", "scripted planner: YAML/JSON list of tool calls to run instead "
                               "of its pick-and-place heuristic"),
 )
@@ -232,6 +234,7 @@ def agent_node(args: dict, ns: str, folder: str, model: str, max_steps: str,
                     "action_model": model, "perception": perception,
                     "plan_file": os.path.abspath(args["plan_file"]) if args["plan_file"] else "",
                     "robot_namespace": ns, "run_at_startup": True,
+                    "policy_mode": args["policy_mode"],
                     "mcp_port": int(args["mcp_port"]), "dashboard_url": dashboard_url(args)},
         required=True)
 

@@ -37,7 +37,7 @@ from . import agentlog
 from .memory import MemoryDir
 from .observer import RobotObserver
 from .planners import PLANNERS, choose
-from .toolkit import Timeouts, Toolkit, RunState
+from .toolkit import CodeSettings, RunState, Timeouts, Toolkit
 from .transcript import Transcript
 from .video import EpisodeVideo
 
@@ -89,6 +89,13 @@ class AgentNode(Node):
             service=d("service_timeout", 10.0, "s to wait for a service answer",
                       params.positive))
         self.images = d("images", True, "attach the camera images to every tool result")
+        self.policy_mode = d("policy_mode", "tools", "tools: the model calls the robot's "
+                             "tools; code: it writes Python calling them as robo.<tool>(...)",
+                             params.one_of("tools", "code"))
+        self.code_timeout = d("code_timeout", 120.0, "code mode: s a snippet may take",
+                              params.positive)
+        self.code_max_calls = d("code_max_calls", 100, "code mode: robot calls per snippet",
+                                lambda v: None if v >= 1 else "must be >= 1")
         self.max_history_images = d("max_history_images", 4, "api planner: images kept in "
                                     "the history the model sees", _non_negative_int)
         self.model_retries = d("model_retries", 3, "api planner: retries of a transient "
@@ -127,6 +134,11 @@ class AgentNode(Node):
 
         self.planner_name, why = choose(self.planner_param, self.model, self.base_url)
         self.get_logger().info(why)
+        if self.policy_mode == "code" and self.planner_name == "scripted" and \
+                not self.plan_file:
+            raise params.ParameterError(
+                "policy_mode code needs a model that writes the code (planner api or mcp) "
+                "or a plan_file of run_code steps; the scripted heuristic calls tools")
 
         self.robot = RobotClient(namespace=self.robot_namespace,
                                  node_name="agent_robot_client")
@@ -205,12 +217,16 @@ class AgentNode(Node):
         from .planners.scripted import ScriptedPlanner
         return ScriptedPlanner(self.plan_file)
 
-    def _new_toolkit(self, run, memory=None, listener=None) -> Toolkit:
+    def _new_toolkit(self, run, memory=None, listener=None, run_dir=None) -> Toolkit:
+        code = None
+        if self.policy_mode == "code":
+            code = CodeSettings(Path(run_dir or self.output_dir) / "code_policy",
+                                self.code_timeout, self.code_max_calls)
         return Toolkit(self.robot, self.info, self.observer, run,
                        memory=memory or MemoryDir(self.memory_dir or self.output_dir),
                        executor=self.executor_, model_meta=self.model_meta,
                        perception=self.perception_client,
-                       timeouts=self.timeouts, images=self.images,
+                       timeouts=self.timeouts, images=self.images, code=code,
                        **({"listener": listener} if listener else {}))
 
     # --- action server -------------------------------------------------------------------
@@ -302,7 +318,7 @@ class AgentNode(Node):
         video = EpisodeVideo(self.info.control_rate or 20.0) if self.video_enabled else None
         memory = MemoryDir(Path(self.memory_dir).resolve() if self.memory_dir
                            else run_dir / "memory")
-        toolkit = self._new_toolkit(run, memory, listener)
+        toolkit = self._new_toolkit(run, memory, listener, run_dir)
         self.get_logger().info(f"run {run_id}: '{instruction}' ({run_dir})")
         self._toolkit = toolkit
         if self._interrupted:  # the signal came while the run was being set up
@@ -321,6 +337,7 @@ class AgentNode(Node):
             self.observer.video = None
         ended_calls = toolkit.end_calls(INTERRUPT_STOP_TIMEOUT if self._interrupted
                                         else self.timeouts.service)
+        toolkit.close()
         if run.cancel.is_set():
             run.finished = ("canceled", f"{run.cancel_reason}; the robot was told to stop")
         elif run.finished is None:

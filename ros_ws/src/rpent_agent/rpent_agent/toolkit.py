@@ -14,6 +14,7 @@ import math
 import threading
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Callable, Optional
 
 import cv2
@@ -23,11 +24,22 @@ from action_msgs.msg import GoalStatus
 from rpent_contract.client import ContractTimeout
 from rpent_contract.robot_node import OBJECT_POSES_SERVICE
 
+from .code_policy import CodeRunner
 from .memory import MemoryDir, MemoryRefused
 
 FINISH_STATUSES = ("success", "failure", "stuck")
 # Tools that set the robot moving: when a run ends with one still in flight, it is stopped.
-MOTION_TOOLS = ("move_to", "gripper", "run_policy")
+MOTION_TOOLS = ("move_to", "gripper", "run_policy", "run_code")
+# Asked of a person, not done by the robot: separate tools even in code mode.
+OPERATOR_TOOLS = ("request_operator_verdict", "request_scene_reset")
+
+
+@dataclass(frozen=True)
+class CodeSettings:
+    """Code-as-policy mode: where snippets are saved, and each one's limits."""
+    folder: Path
+    timeout: float = 120.0
+    max_calls: int = 100
 
 
 @dataclass
@@ -116,12 +128,24 @@ class Toolkit:
     def __init__(self, robot, info, observer, run: RunState, *, memory: Optional[MemoryDir] = None,
                  executor=None, model_meta=None, perception=None,
                  timeouts: Timeouts = Timeouts(), images: bool = True,
-                 listener: Callable[..., None] = lambda **_: None):
+                 listener: Callable[..., None] = lambda **_: None,
+                 code: Optional[CodeSettings] = None):
         self.robot, self.info, self.observer, self.run = robot, info, observer, run
         self.memory, self.executor, self.model_meta = memory, executor, model_meta
         self.perception = perception
         self.timeouts, self.images, self.listener = timeouts, images, listener
-        self.tools: dict[str, Tool] = {t.name: t for t in self._build()}
+        # Every tool; what the model is offered (``tools``) is all of them, or in code mode
+        # run_code and the operator requests, with the rest behind robo.<tool>(...).
+        self._catalog: dict[str, Tool] = {t.name: t for t in self._build()}
+        self.tools: dict[str, Tool] = dict(self._catalog)
+        self._code = None
+        if code is not None:
+            self._code = CodeRunner(
+                lambda name, arguments: self.call(name, arguments, inner=True),
+                [n for n in self._catalog if n not in OPERATOR_TOOLS], code.folder,
+                lambda: self.run.finished is not None, code.timeout, code.max_calls)
+            self.tools = {"run_code": self._run_code_tool(code)}
+            self.tools.update({n: self._catalog[n] for n in OPERATOR_TOOLS})
         # Tool calls still running: an MCP client may call finish while a move_to of its
         # own is in flight, and a planner's deadline may abandon a call mid-motion.
         self._calls_lock = threading.Lock()
@@ -222,14 +246,44 @@ class Toolkit:
             ]
         return tools
 
+    def _run_code_tool(self, code: CodeSettings) -> Tool:
+        def signature(tool: Tool) -> str:
+            props, required = tool.parameters["properties"], tool.parameters.get("required", [])
+            args = [n if n in required else f"{n}=None" for n in props]
+            return f"robo.{tool.name}({', '.join(args)}): {tool.description.split('. ')[0]}."
+
+        api = "\n".join(signature(t) for n, t in self._catalog.items()
+                        if n not in OPERATOR_TOOLS)
+        return Tool(
+            "run_code", "Run Python that drives the robot. Call the robot's tools as functions "
+            "with keyword arguments; each returns a result with .ok, .text (what the tool "
+            "says) and .data (its values, e.g. .data['position']). Variables persist between "
+            f"snippets; print what you want to read back. A snippet may take {code.timeout:g} "
+            f"s and {code.max_calls} robot calls; math, numpy (np), json and random are there; "
+            "files, network and processes are not. End the run with robo.finish(status=..., "
+            "summary=...); ask the operator with the separate tools.\n" + api,
+            {"type": "object", "properties": {"code": {"type": "string"}},
+             "required": ["code"]}, self._run_code)
+
+    def _run_code(self, code) -> ToolResult:
+        ok, text = self._code.run(str(code))
+        return ToolResult(text, ok=ok)
+
+    def close(self) -> None:
+        """Release what the run held (the code sandbox)."""
+        if self._code is not None:
+            self._code.close()
+
     # --- dispatch ------------------------------------------------------------------------
-    def call(self, name: str, arguments: Optional[dict] = None) -> ToolResult:
-        """Run one tool; never raises."""
+    def call(self, name: str, arguments: Optional[dict] = None, *,
+             inner: bool = False) -> ToolResult:
+        """Run one tool; never raises. ``inner``: a call from a code snippet (any tool of the
+        catalogue; the snippet gets no images)."""
         arguments = dict(arguments or {})
         run = self.run
         self.listener(kind="tool_call", tool_name=name, arguments=arguments)
         start = time.monotonic()
-        tool = self.tools.get(name)
+        tool = (self._catalog if inner else self.tools).get(name)
         with self._calls_lock:
             refusal = self._refusal(name, tool)
             if refusal is None:
@@ -251,7 +305,7 @@ class Toolkit:
                         f"({run.steps_used} steps)")
                 result.text += (f"\nThe episode step budget ({run.max_steps}) is used up; "
                                 "the run ends here.")
-            if tool.images:
+            if tool.images and not inner:
                 # The robot's data (state, images) is what these results are about: never
                 # present an old one as current. Only a warning: a loaded machine may delay
                 # the state for a while, and the motion tools notice a robot that is gone.

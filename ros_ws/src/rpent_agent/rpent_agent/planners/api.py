@@ -36,6 +36,12 @@ something is knocked over, request_scene_reset. When the task is done, call fini
 status 'success'; if it cannot be done call finish with 'failure', and if you cannot make \
 progress call finish with 'stuck'. Always end with finish."""
 
+CODE_PROMPT = """
+
+In this run you act by writing Python with run_code: the robot's tools, finish included, \
+are functions robo.<tool>(...) inside it (see run_code); only the operator requests are \
+tools of their own."""
+
 CONTINUE_PROMPT = ("You replied without calling a tool. Continue the task with the tools, "
                    "or call finish to end the run.")
 
@@ -235,7 +241,8 @@ class ApiPlanner:
     async def _loop(self, toolkit) -> None:
         run = toolkit.run
         keep = self.max_history_images
-        agent = Agent(self.model, instructions=self.system_prompt, tools=self._tools(toolkit),
+        instructions = self.system_prompt + (CODE_PROMPT if "run_code" in toolkit.tools else "")
+        agent = Agent(self.model, instructions=instructions, tools=self._tools(toolkit),
                       retries=self.tool_retries,
                       model_settings=cache_settings(self.model) if self.prompt_cache else None,
                       capabilities=[ProcessHistory(lambda messages: prune_images(messages,
