@@ -3,10 +3,16 @@
     source scripts/env.sh && python bench/agent_overhead.py [--calls 200]
 
 The real agent node runs in-process against the LIBERO node; its planner is the pydantic-ai
-loop with a FunctionModel that answers at once and calls ``observe`` (no motion) every
-turn. The interval between consecutive model calls is then the agent's own cost of one
-tool call: pydantic-ai's loop, the toolkit, AgentEvent publishing, the transcript and
-feedback, and, with images on, converting and PNG-encoding both 128x128 cameras.
+loop with a model that answers at once and calls ``observe`` (no motion) every turn. The
+interval between consecutive model calls is then the agent's own cost of one tool call:
+pydantic-ai's loop, the toolkit, AgentEvent publishing, the transcript and feedback, and,
+with images on, converting and PNG-encoding both 128x128 cameras. The model is a
+FunctionModel (in-process), then each provider path through its real SDK to a local server
+that speaks its wire (rpent_agent.provider_wire): there the interval runs from one answer
+leaving the server to the next request arriving, so the server's own time is left out
+and the SDK's, HTTP's and the growing request's are in. ``observe`` first waits for a
+state and images measured after it was called (never an older view as current): up to a
+control period, and a whole one when calls come back to back as here.
 """
 from __future__ import annotations
 
@@ -42,11 +48,40 @@ def measure(node, calls: int, images: bool) -> np.ndarray:
             "finish", {"status": "failure", "summary": "benchmark"})])
 
     node.images = images
-    node.planner = ApiPlanner(FunctionModel(model), max_history_images=4)
-    result = node.run_task("pick the alphabet soup and place it in the basket",
-                           max_turns=calls + 5)
-    assert result.tool_calls == calls + 2, result.summary  # + the opening observe and finish
+    run(node, ApiPlanner(FunctionModel(model), max_history_images=4), calls)
     return np.diff(stamps)[5:] * 1e3  # the first turns pay for imports and allocations
+
+
+def run(node, planner, calls: int) -> None:
+    node.planner = planner
+    try:
+        result = node.run_task("pick the alphabet soup and place it in the basket",
+                               max_turns=calls + 5)
+    finally:
+        planner.stop()
+    assert result.tool_calls == calls + 2, result.summary  # + the opening observe and finish
+
+
+def measure_provider(node, calls: int, provider: str) -> np.ndarray:
+    """The same run through a provider's SDK and wire, images on."""
+    from rpent_agent.planners.api import ApiPlanner, build_model
+    from rpent_agent.provider_wire import AnthropicServer, OpenAIChatServer, Reply
+
+    def model(conversation):
+        turns = sum(bool(m.tool_calls) for m in conversation.messages)
+        if turns < calls:
+            return Reply("", [("observe", {})])
+        return Reply("", [("finish", {"status": "failure", "summary": "benchmark"})])
+
+    server_class, name = {"anthropic": (AnthropicServer, "anthropic:claude-sonnet-5"),
+                          "openai": (OpenAIChatServer, "openai:gpt-5")}[provider]
+    node.images = True
+    with server_class(model) as server:
+        run(node, ApiPlanner(build_model(name, server.base_url), max_history_images=4), calls)
+        assert not server.refused, server.refused
+        timings = list(server.timings)
+    gaps = [nxt[0] - prev[1] for prev, nxt in zip(timings, timings[1:])]
+    return np.asarray(gaps[5:]) * 1e3
 
 
 def main() -> None:
@@ -73,6 +108,7 @@ def main() -> None:
             threading.Thread(target=executor.spin, daemon=True).start()
             off = measure(node, args.calls, images=False)
             on = measure(node, args.calls, images=True)
+            wire = {p: measure_provider(node, args.calls, p) for p in ("anthropic", "openai")}
         finally:
             if node is not None:
                 node.destroy_node()
@@ -80,8 +116,12 @@ def main() -> None:
             robot.stop()
     print(f"agent overhead per tool call (FunctionModel + observe, {args.calls} calls, "
           "agent node in-process, LIBERO node)")
-    print(f"  images off              {stats(off)}   (goal p50 <= 20 ms)")
+    print(f"  images off              {stats(off)}   (each observe waits for a state "
+          "measured after it: up to a control period, 50 ms, back to back)")
     print(f"  images on (2 x 128x128) {stats(on)}")
+    for provider, gaps in wire.items():
+        print(f"  {provider + ' wire, images on':23s} {stats(gaps)}   (SDK and HTTP "
+              "included, the server's time not)")
 
 
 if __name__ == "__main__":

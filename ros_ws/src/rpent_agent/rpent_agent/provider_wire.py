@@ -83,6 +83,9 @@ class _Server:
         self.refused: list = []  # (reason, body) of every refused request
         self.headers: list = []  # request headers, in order
         self.failures: list = []  # exceptions the policy raised (answered with HTTP 500)
+        # (request arrived, answer sent) per request, perf_counter s: the time between one
+        # answer and the next request is the client's, the rest the server's.
+        self.timings: list = []
         server = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -92,6 +95,7 @@ class _Server:
                 pass
 
             def do_POST(self):
+                arrived = time.perf_counter()
                 length = int(self.headers.get("content-length", 0))
                 body = self.rfile.read(length)
                 server.headers.append(dict(self.headers))
@@ -103,12 +107,14 @@ class _Server:
                     self.send_header("content-length", str(len(chunks)))
                     self.end_headers()
                     self.wfile.write(chunks)
-                    return
-                self.send_header("transfer-encoding", "chunked")
-                self.end_headers()
-                for chunk in chunks:
-                    self.wfile.write(f"{len(chunk):x}\r\n".encode() + chunk + b"\r\n")
-                self.wfile.write(b"0\r\n\r\n")
+                else:
+                    self.send_header("transfer-encoding", "chunked")
+                    self.end_headers()
+                    for chunk in chunks:
+                        self.wfile.write(f"{len(chunk):x}\r\n".encode() + chunk + b"\r\n")
+                    self.wfile.write(b"0\r\n\r\n")
+                self.wfile.flush()
+                server.timings.append((arrived, time.perf_counter()))
 
         self._http = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self._thread = threading.Thread(target=self._http.serve_forever, daemon=True)

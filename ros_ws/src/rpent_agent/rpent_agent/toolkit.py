@@ -57,6 +57,9 @@ class Tool:
     parameters: dict  # JSON schema of the arguments
     handler: Callable[..., ToolResult]
     images: bool = True  # attach the camera images to the result
+    # The handler reports the robot's data: it waits for data measured after the call
+    # before it runs (other tools with images wait after they ran, for the data they left).
+    reads_robot: bool = False
 
 
 @dataclass
@@ -159,7 +162,7 @@ class Toolkit:
         tools = [
             Tool("observe", "Look at the robot: the camera images and a summary of the state "
                  "(end-effector pose, gripper width, episode step, task status).",
-                 {"type": "object", "properties": {}}, self._observe),
+                 {"type": "object", "properties": {}}, self._observe, reads_robot=True),
             Tool("move_to", f"Move the end effector (the point between the fingertips) in a "
                  f"straight bounded-speed motion to a position in the {info.base_frame} frame "
                  f"(workspace: {box}). Give rpy (roll, pitch, yaw in rad, fixed x-y-z axes) to "
@@ -293,6 +296,8 @@ class Toolkit:
         if refusal is not None:
             result = refusal
         else:
+            if tool.reads_robot:
+                self.observer.catch_up()
             try:
                 result = self._invoke(tool, arguments)
             finally:
@@ -309,7 +314,8 @@ class Toolkit:
                 # The robot's data (state, images) is what these results are about: never
                 # present an old one as current. Only a warning: a loaded machine may delay
                 # the state for a while, and the motion tools notice a robot that is gone.
-                self.observer.catch_up()
+                if not tool.reads_robot:
+                    self.observer.catch_up()
                 stale = self.observer.staleness()
                 if stale is not None:
                     result.text = f"WARNING: {stale}.\n{result.text}"
@@ -432,7 +438,6 @@ class Toolkit:
                 "gripper_width": state.gripper_width}
 
     def _observe(self) -> ToolResult:
-        self.observer.catch_up()
         return ToolResult(self.state_summary(), data=self._pose_data())
 
     def _move_to(self, x, y, z, rpy=None, tolerance=None) -> ToolResult:
