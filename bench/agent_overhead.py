@@ -65,7 +65,8 @@ def run(node, planner, calls: int) -> None:
 def measure_provider(node, calls: int, provider: str) -> np.ndarray:
     """The same run through a provider's SDK and wire, images on."""
     from rpent_agent.planners.api import ApiPlanner, build_model
-    from rpent_agent.provider_wire import AnthropicServer, OpenAIChatServer, Reply
+    from rpent_agent.provider_wire import (AnthropicServer, OpenAIChatServer,
+                                          OpenAIResponsesServer, Reply)
 
     def model(conversation):
         turns = sum(bool(m.tool_calls) for m in conversation.messages)
@@ -73,8 +74,10 @@ def measure_provider(node, calls: int, provider: str) -> np.ndarray:
             return Reply("", [("observe", {})])
         return Reply("", [("finish", {"status": "failure", "summary": "benchmark"})])
 
-    server_class, name = {"anthropic": (AnthropicServer, "anthropic:claude-sonnet-5"),
-                          "openai": (OpenAIChatServer, "openai:gpt-5")}[provider]
+    server_class, name = {
+        "anthropic": (AnthropicServer, "anthropic:claude-sonnet-5"),
+        "openai": (OpenAIChatServer, "openai:gpt-5"),
+        "openai-responses": (OpenAIResponsesServer, "openai-responses:gpt-5")}[provider]
     node.images = True
     with server_class(model) as server:
         run(node, ApiPlanner(build_model(name, server.base_url), max_history_images=4), calls)
@@ -108,7 +111,8 @@ def main() -> None:
             threading.Thread(target=executor.spin, daemon=True).start()
             off = measure(node, args.calls, images=False)
             on = measure(node, args.calls, images=True)
-            wire = {p: measure_provider(node, args.calls, p) for p in ("anthropic", "openai")}
+            wire = {p: measure_provider(node, args.calls, p)
+                    for p in ("anthropic", "openai", "openai-responses")}
         finally:
             if node is not None:
                 node.destroy_node()
@@ -116,11 +120,11 @@ def main() -> None:
             robot.stop()
     print(f"agent overhead per tool call (FunctionModel + observe, {args.calls} calls, "
           "agent node in-process, LIBERO node)")
-    print(f"  images off              {stats(off)}   (each observe waits for a state "
+    print(f"  {'images off':32s} {stats(off)}   (each observe waits for a state "
           "measured after it: up to a control period, 50 ms, back to back)")
-    print(f"  images on (2 x 128x128) {stats(on)}")
+    print(f"  {'images on (2 x 128x128)':32s} {stats(on)}")
     for provider, gaps in wire.items():
-        print(f"  {provider + ' wire, images on':23s} {stats(gaps)}   (SDK and HTTP "
+        print(f"  {provider + ' wire, images on':32s} {stats(gaps)}   (SDK and HTTP "
               "included, the server's time not)")
 
 

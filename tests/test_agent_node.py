@@ -344,18 +344,22 @@ def pick_and_place_model(conversation):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("provider", ["anthropic", "openai"])
+@pytest.mark.parametrize("provider", ["anthropic", "openai", "openai-responses"])
 def test_an_llm_planner_reaches_native_success_through_each_provider(robot, node_factory,
                                                                      tmp_path, provider):
     """The api planner on a serving agent node, through the provider's real SDK and wire
     (a local server that speaks it), picks and places twice in a row."""
-    from rpent_agent.provider_wire import AnthropicServer, OpenAIChatServer
+    from rpent_agent.provider_wire import (AnthropicServer, OpenAIChatServer,
+                                          OpenAIResponsesServer)
 
     client, _ = robot
-    server_class, model = {"anthropic": (AnthropicServer, "anthropic:claude-sonnet-5"),
-                           "openai": (OpenAIChatServer, "openai:gpt-5")}[provider]
+    server_class, model = {
+        "anthropic": (AnthropicServer, "anthropic:claude-sonnet-5"),
+        "openai": (OpenAIChatServer, "openai:gpt-5"),
+        "openai-responses": (OpenAIResponsesServer, "openai-responses:gpt-5")}[provider]
     with server_class(pick_and_place_model) as server:
-        agent = Agent(node_factory, client, tmp_path, f"agent_{provider}", planner="api",
+        agent = Agent(node_factory, client, tmp_path, "agent_" + provider.replace("-", "_"),
+                      planner="api",
                       model=model, base_url=server.base_url, reset_episode=True)
         for run in range(2):
             status, result = agent.result(agent.send(SOUP), 400)

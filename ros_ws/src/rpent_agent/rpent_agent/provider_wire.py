@@ -1,12 +1,14 @@
 """Local servers that speak the LLM providers' HTTP APIs, for tests and benchmarks.
 
-``AnthropicServer`` (Messages API, ``POST /v1/messages``) and ``OpenAIChatServer`` (Chat
-Completions, ``POST /v1/chat/completions``) answer with JSON or, when the request asks
-``stream: true``, server-sent events in the providers' own event shapes, so the real SDKs
-(driven by pydantic-ai) parse them as they parse the providers'. A request the real API
-would refuse (a missing key header, roles out of order, a tool result that answers no
-tool call, an image that is not base64 PNG/JPEG, a tool without an object schema, more
-than four cache points) gets the provider's 400 error body and is kept in ``refused``.
+``AnthropicServer`` (Messages API, ``POST /v1/messages``), ``OpenAIChatServer`` (Chat
+Completions, ``POST /v1/chat/completions``) and ``OpenAIResponsesServer`` (Responses,
+``POST /v1/responses``) answer with JSON or, when the request asks ``stream: true``,
+server-sent events in the providers' own event shapes, so the real SDKs (driven by
+pydantic-ai) parse them as they parse the providers'. A request the real API would refuse
+(a missing key header, roles out of order, a tool result that answers no tool call, an
+image that is not base64 PNG/JPEG, a tool without an object schema, a schema strict mode
+cannot take, more than four cache points) gets the provider's 400 error body and is kept
+in ``refused``.
 
 The model is a policy: ``policy(conversation) -> Reply``, where the conversation is the
 provider-neutral view of what arrived (system text, tools, and each message's texts,
@@ -16,6 +18,7 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import itertools
 import json
 import re
 import threading
@@ -390,10 +393,9 @@ class AnthropicServer(_Server):
         yield event("message_stop", {})
 
 
-class OpenAIChatServer(_Server):
-    """OpenAI Chat Completions (base URL ``http://127.0.0.1:<port>/v1``)."""
-
-    path = "/v1/chat/completions"
+class _OpenAIServer(_Server):
+    """What OpenAI's APIs share: base URL ``http://127.0.0.1:<port>/v1``, bearer keys, the
+    error body."""
 
     @property
     def base_url(self) -> str:
@@ -409,6 +411,177 @@ class OpenAIChatServer(_Server):
     def error(self, message: str) -> bytes:
         return json.dumps({"error": {"message": message, "type": "invalid_request_error",
                                      "param": None, "code": None}}).encode()
+
+
+def _data_url_image(url: str) -> tuple:
+    match = re.match(r"^data:(image/[a-z]+);base64,(.*)$", url or "", re.S)
+    if not match:
+        raise Refused("image_url must be a data URL here")
+    return _image(match.group(1), match.group(2))
+
+
+def _strict_schema_problem(schema: dict, where: str) -> Optional[str]:
+    """Why a schema is not valid in strict mode, which the Responses API checks: every
+    object closes its properties and requires all of them."""
+    if schema.get("type") == "object":
+        props = schema.get("properties", {})
+        if schema.get("additionalProperties") is not False:
+            return f"{where}: 'additionalProperties' is required to be supplied and to be false"
+        if sorted(schema.get("required", [])) != sorted(props):
+            return (f"{where}: 'required' is required to be supplied and to be an array "
+                    "including every key in properties")
+        for name, sub in props.items():
+            problem = _strict_schema_problem(sub, f"{where}.{name}")
+            if problem:
+                return problem
+    if schema.get("type") == "array" and isinstance(schema.get("items"), dict):
+        return _strict_schema_problem(schema["items"], f"{where}[]")
+    return None
+
+
+class OpenAIResponsesServer(_OpenAIServer):
+    """The OpenAI Responses API (``POST /v1/responses``): ``input`` items (messages,
+    ``function_call`` and ``function_call_output``), ``instructions``, function tools whose
+    schemas strict mode must accept; answers a response object, or its server-sent events."""
+
+    path = "/v1/responses"
+
+    def parse(self, request: dict) -> Conversation:
+        if not isinstance(request.get("model"), str) or not request["model"]:
+            raise Refused("Missing required parameter: 'model'.")
+        tools = []
+        for tool in request.get("tools", []):
+            if tool.get("type") != "function" or not TOOL_NAME.match(tool.get("name", "")):
+                raise Refused(f"tools: invalid tool {tool!r:.80}")
+            schema = tool.get("parameters") or {}
+            if schema.get("type") != "object":
+                raise Refused(f"tools.{tool['name']}.parameters: type must be 'object'")
+            problem = tool.get("strict") and _strict_schema_problem(
+                schema, f"Invalid schema for function '{tool['name']}'")
+            if problem:
+                raise Refused(problem)
+            tools.append({"name": tool["name"], "description": tool.get("description", ""),
+                          "schema": schema})
+        items = request.get("input")
+        items = [{"role": "user", "content": items}] if isinstance(items, str) else items
+        if not items:
+            raise Refused("Missing required parameter: 'input'.")
+        messages, calls = [], set()
+        for i, item in enumerate(items):
+            kind = item.get("type", "message")
+            if kind == "reasoning":
+                continue
+            if kind == "function_call":
+                if not item.get("call_id") or not TOOL_NAME.match(item.get("name", "")):
+                    raise Refused(f"input[{i}]: a function_call needs call_id and name")
+                if not messages or messages[-1].role != "assistant":
+                    messages.append(Message("assistant"))
+                messages[-1].tool_calls.append((item["call_id"], item["name"],
+                                                json.loads(item["arguments"])))
+                calls.add(item["call_id"])
+            elif kind == "function_call_output":
+                if item.get("call_id") not in calls:
+                    raise Refused(f"No tool call found for function call output with call_id "
+                                  f"{item.get('call_id')}.")
+                msg = Message("tool")
+                output = item.get("output")
+                parts = output if isinstance(output, list) else \
+                    [{"type": "input_text", "text": output}]
+                texts = []
+                for part in parts:
+                    if part["type"] == "input_text":
+                        texts.append(part["text"])
+                    elif part["type"] == "input_image":
+                        msg.images.append(_data_url_image(part.get("image_url")))
+                    else:
+                        raise Refused(f"input[{i}].output: type {part['type']!r} not allowed")
+                msg.tool_results.append((item["call_id"], "\n".join(texts), False))
+                messages.append(msg)
+            elif kind == "message":
+                role, content = item.get("role"), item.get("content")
+                if role not in ("user", "assistant", "system", "developer"):
+                    raise Refused(f"input[{i}]: unknown role {role!r}")
+                msg = Message("user" if role in ("system", "developer") else role)
+                parts = content if isinstance(content, list) else \
+                    [{"type": "input_text", "text": content}]
+                for part in parts:
+                    if part["type"] in ("input_text", "output_text"):
+                        msg.texts.append(part["text"])
+                    elif part["type"] == "input_image" and role == "user":
+                        msg.images.append(_data_url_image(part.get("image_url")))
+                    else:
+                        raise Refused(f"input[{i}]: content type {part['type']!r} not allowed "
+                                      f"for role {role}")
+                messages.append(msg)
+            else:
+                raise Refused(f"input[{i}]: unknown item type {kind!r}")
+        return Conversation(request["model"], request.get("instructions") or "", tools,
+                            messages, request)
+
+    def response(self, request: dict, reply: Reply, tokens_in: int) -> dict:
+        output = []
+        if reply.text:
+            output.append({"type": "message", "id": f"msg_{uuid.uuid4().hex[:20]}",
+                           "status": "completed", "role": "assistant", "content": [
+                               {"type": "output_text", "text": reply.text,
+                                "annotations": []}]})
+        for name, args in reply.tool_calls:
+            output.append({"type": "function_call", "id": f"fc_{uuid.uuid4().hex[:20]}",
+                           "call_id": f"call_{uuid.uuid4().hex[:20]}", "name": name,
+                           "arguments": _arguments(args), "status": "completed"})
+        return {"id": f"resp_{uuid.uuid4().hex[:20]}", "object": "response",
+                "created_at": int(time.time()), "status": "completed", "error": None,
+                "incomplete_details": None, "instructions": request.get("instructions"),
+                "model": request["model"], "output": output, "parallel_tool_calls": True,
+                "tool_choice": request.get("tool_choice", "auto"),
+                "tools": request.get("tools", []), "metadata": {},
+                "usage": {"input_tokens": tokens_in,
+                          "input_tokens_details": {"cached_tokens": 0},
+                          "output_tokens": 10, "output_tokens_details": {"reasoning_tokens": 0},
+                          "total_tokens": tokens_in + 10}}
+
+    def stream(self, request: dict, reply: Reply, tokens_in: int):
+        whole = self.response(request, reply, tokens_in)
+        sequence = itertools.count()
+
+        def event(kind: str, data: dict) -> bytes:
+            data = {"type": kind, "sequence_number": next(sequence), **data}
+            return f"event: {kind}\ndata: {json.dumps(data)}\n\n".encode()
+
+        yield event("response.created", {"response": {**whole, "status": "in_progress",
+                                                      "output": [], "usage": None}})
+        for index, item in enumerate(whole["output"]):
+            yield event("response.output_item.added", {"output_index": index, "item": {
+                **item, "status": "in_progress",
+                **({"content": []} if item["type"] == "message" else {"arguments": ""})}})
+            if item["type"] == "message":
+                part = item["content"][0]
+                yield event("response.content_part.added", {
+                    "item_id": item["id"], "output_index": index, "content_index": 0,
+                    "part": {**part, "text": ""}})
+                yield event("response.output_text.delta", {
+                    "item_id": item["id"], "output_index": index, "content_index": 0,
+                    "delta": part["text"], "logprobs": []})
+                yield event("response.output_text.done", {
+                    "item_id": item["id"], "output_index": index, "content_index": 0,
+                    "text": part["text"], "logprobs": []})
+                yield event("response.content_part.done", {
+                    "item_id": item["id"], "output_index": index, "content_index": 0,
+                    "part": part})
+            else:
+                yield event("response.function_call_arguments.delta", {
+                    "item_id": item["id"], "output_index": index, "delta": item["arguments"]})
+                yield event("response.function_call_arguments.done", {
+                    "item_id": item["id"], "output_index": index,
+                    "arguments": item["arguments"]})
+            yield event("response.output_item.done", {"output_index": index, "item": item})
+        yield event("response.completed", {"response": whole})
+
+
+class OpenAIChatServer(_OpenAIServer):
+    """OpenAI Chat Completions (base URL ``http://127.0.0.1:<port>/v1``)."""
+
+    path = "/v1/chat/completions"
 
     def parse(self, request: dict) -> Conversation:
         if not isinstance(request.get("model"), str) or not request["model"]:
@@ -439,11 +612,7 @@ class OpenAIChatServer(_Server):
                 if part["type"] == "text":
                     msg.texts.append(part["text"])
                 elif part["type"] == "image_url" and role == "user":
-                    url = part["image_url"]["url"]
-                    match = re.match(r"^data:(image/[a-z]+);base64,(.*)$", url, re.S)
-                    if not match:
-                        raise Refused("image_url must be a data URL here")
-                    msg.images.append(_image(match.group(1), match.group(2)))
+                    msg.images.append(_data_url_image(part["image_url"]["url"]))
                 else:
                     raise Refused(f"messages.{i}: content part {part['type']!r} not allowed "
                                   f"for role {role}")

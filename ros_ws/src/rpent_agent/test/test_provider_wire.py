@@ -12,11 +12,13 @@ import numpy as np
 import pytest
 
 from rpent_agent.planners.api import ApiPlanner, build_model
-from rpent_agent.provider_wire import AnthropicServer, OpenAIChatServer, Reply
+from rpent_agent.provider_wire import (AnthropicServer, OpenAIChatServer,
+                                      OpenAIResponsesServer, Reply)
 from rpent_agent.toolkit import RunState, Tool, ToolResult
 
 PNG = cv2.imencode(".png", np.full((8, 8, 3), 200, np.uint8))[1].tobytes()
-SERVERS = {"anthropic": AnthropicServer, "openai": OpenAIChatServer}
+SERVERS = {"anthropic": AnthropicServer, "openai": OpenAIChatServer,
+           "openai-responses": OpenAIResponsesServer}
 
 
 class Desk:
@@ -77,7 +79,7 @@ def counting_model(conversation) -> Reply:
 
 
 def planner(server, model: str, **options) -> ApiPlanner:
-    prefix = "anthropic" if isinstance(server, AnthropicServer) else "openai"
+    prefix = next(name for name, cls in SERVERS.items() if isinstance(server, cls))
     return ApiPlanner(build_model(f"{prefix}:{model}", server.base_url), backoff=0.01,
                       **options)
 
@@ -162,6 +164,15 @@ def test_the_server_refuses_what_the_real_api_refuses():
                                                            "anthropic-version": "2023-06-01"},
                                           json.dumps(body).encode())
     assert status == 400 and b"alternate" in answer
+    with OpenAIResponsesServer(counting_model) as server:
+        body = {"model": "m", "input": "hi", "tools": [{
+            "type": "function", "name": "move", "strict": True, "parameters": {
+                "type": "object", "additionalProperties": False,
+                "properties": {"x": {"type": "number"}, "speed": {"type": "number"}},
+                "required": ["x"]}}]}
+        status, _, answer = server.handle("/v1/responses", {"authorization": "Bearer k"},
+                                          json.dumps(body).encode())
+    assert status == 400 and b"including every key in properties" in answer
 
 
 def test_anthropic_runs_read_their_prompt_from_the_cache():
@@ -223,7 +234,7 @@ def test_base_url_keeps_the_provider_it_names():
 
 def test_the_other_response_mode_parses_with_each_providers_own_sdk():
     """pydantic-ai streams from Anthropic and not from OpenAI; the providers' SDKs read the
-    servers' other mode (Anthropic JSON, OpenAI server-sent events) as well."""
+    servers' other mode (Anthropic JSON, OpenAI's server-sent events) as well."""
     import anthropic
     import openai
 
@@ -240,3 +251,11 @@ def test_the_other_response_mode_parses_with_each_providers_own_sdk():
              c.choices[0].delta.tool_calls]
     assert json.loads(calls[0][0].function.arguments) == {"a": 2}
     assert chunks[-1].usage.prompt_tokens > 0
+    with OpenAIResponsesServer(reply) as server:
+        events = list(openai.OpenAI(base_url=server.base_url, api_key="k").responses.create(
+            model="m", input="add two", stream=True))
+    assert events[0].type == "response.created"
+    done = events[-1]
+    assert done.type == "response.completed" and done.response.output_text == "adding"
+    assert done.response.output[1].name == "add"
+    assert json.loads(done.response.output[1].arguments) == {"a": 2}
