@@ -6,8 +6,8 @@ with ``robo`` in it: ``robo.<tool>(**arguments)`` sends the call to the agent, w
 tool and answers. Before any snippet runs the process gives up the rest of the machine for
 good: an audit hook refuses opening files, sockets, subprocesses, ``exec``, ``ctypes`` and
 the like, the file-descriptor limit stops new descriptors of any kind, and the file-size
-limit stops writing files. Modules a snippet may use are loaded before that (``math``,
-``numpy``, ``json``, ...); others cannot be read from disk any more.
+limit stops writing files. Modules a snippet may use are loaded before that
+(:data:`PRELOADED`); importing any other is refused.
 
 Messages: ``{"run": code, "timeout": s}`` -> any number of ``{"call": tool, "args": {...}}``
 each answered by ``{"result": {...}}`` (or ``{"stop": reason}``, which ends the snippet)
@@ -15,8 +15,12 @@ each answered by ``{"result": {...}}`` (or ``{"stop": reason}``, which ends the 
 """
 from __future__ import annotations
 
-import collections  # noqa: F401 - loaded for snippets: nothing can be loaded later
+import cmath  # noqa: F401 - loaded for snippets: nothing can be loaded later
+import collections  # noqa: F401
 import contextlib
+import copy  # noqa: F401
+import dataclasses  # noqa: F401
+import functools  # noqa: F401
 import io
 import itertools  # noqa: F401
 import json
@@ -24,12 +28,18 @@ import linecache
 import math
 import os
 import random
+import re  # noqa: F401
 import resource
 import signal
+import statistics  # noqa: F401
 import sys
+import time  # noqa: F401
 import traceback
 
 import numpy as np
+import numpy.fft  # noqa: F401 - numpy loads these on first use, from disk
+import numpy.linalg  # noqa: F401
+import numpy.random  # noqa: F401
 
 SNIPPET = "<snippet>"
 # Audit events that would reach past the agent: files, network, processes, native code.
@@ -41,6 +51,11 @@ REFUSED_PREFIXES = ("open", "socket.", "subprocess.", "os.exec", "os.spawn", "os
                     "sys.setprofile", "sys.settrace", "sys.addaudithook", "code.__new__",
                     "marshal.", "pty.", "urllib.", "http.", "ftplib.", "smtplib.", "webbrowser.",
                     "resource.")
+
+
+PRELOADED = ("math", "cmath", "statistics", "random", "numpy (np, with linalg, fft, random)",
+             "json", "re", "itertools", "functools", "collections", "copy", "dataclasses",
+             "time")
 
 
 class SnippetStopped(BaseException):
@@ -102,7 +117,10 @@ class Channel:
         return json.loads(line)
 
 
-def _refuse(event: str, _args) -> None:
+def _refuse(event: str, args) -> None:
+    if event == "import":
+        raise ImportError(f"module '{args[0]}' is not available in a snippet; these are: "
+                          f"{', '.join(PRELOADED)}")
     if event.startswith(REFUSED_PREFIXES):
         raise PermissionError(f"not allowed in a snippet ({event}): a snippet reaches the "
                               "robot and its data only through robo.<tool>(...)")

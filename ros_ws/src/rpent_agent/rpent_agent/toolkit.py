@@ -25,6 +25,7 @@ from rpent_contract.client import ContractTimeout
 from rpent_contract.robot_node import OBJECT_POSES_SERVICE
 
 from .code_policy import CodeRunner
+from .code_sandbox import PRELOADED
 from .memory import MemoryDir, MemoryRefused
 
 FINISH_STATUSES = ("success", "failure", "stuck")
@@ -262,9 +263,10 @@ class Toolkit:
             "with keyword arguments; each returns a result with .ok, .text (what the tool "
             "says) and .data (its values, e.g. .data['position']). Variables persist between "
             f"snippets; print what you want to read back. A snippet may take {code.timeout:g} "
-            f"s and {code.max_calls} robot calls; math, numpy (np), json and random are there; "
-            "files, network and processes are not. End the run with robo.finish(status=..., "
-            "summary=...); ask the operator with the separate tools.\n" + api,
+            f"s and {code.max_calls} robot calls. Modules: {', '.join(PRELOADED)} (np and "
+            "math, json, random are imported already); files, network and processes are not "
+            "there. End the run with robo.finish(status=..., summary=...); ask the operator "
+            "with the separate tools.\n" + api,
             {"type": "object", "properties": {"code": {"type": "string"}},
              "required": ["code"]}, self._run_code)
 
