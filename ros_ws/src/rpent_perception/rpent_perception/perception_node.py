@@ -159,6 +159,10 @@ class PerceptionNode(Node):
         self.tf = TfTree()
         self._views = {name: View() for name in self.info.camera_names}
         self._arrived = threading.Condition()
+        # Every callback on its own (they only store, under locks): in one mutually
+        # exclusive group a busy stream of images starved /tf, and locate then found no
+        # transform as of its image.
+        data = ReentrantCallbackGroup()
         for name in self.info.camera_names:
             for kind, msg_type, topic in (("rgb", Image, "image_raw"),
                                           ("depth", Image, "depth/image_raw"),
@@ -166,9 +170,10 @@ class PerceptionNode(Node):
                 self.create_subscription(
                     msg_type, f"camera/{name}/{topic}",
                     lambda msg, n=name, k=kind: self._on_camera(n, k, msg),
-                    camera_sub_qos(self, f"camera/{name}/{topic}"))
-        self.create_subscription(TFMessage, "/tf", self.tf.add, TF_QOS)
-        self.create_subscription(TFMessage, "/tf_static", self.tf.add_static, TF_STATIC_QOS)
+                    camera_sub_qos(self, f"camera/{name}/{topic}"), callback_group=data)
+        self.create_subscription(TFMessage, "/tf", self.tf.add, TF_QOS, callback_group=data)
+        self.create_subscription(TFMessage, "/tf_static", self.tf.add_static, TF_STATIC_QOS,
+                                 callback_group=data)
         group = ReentrantCallbackGroup()
         service(self, Segment, "~/segment", self._segment, callback_group=group)
         service(self, Locate, "~/locate", self._locate, callback_group=group)
