@@ -99,7 +99,6 @@ class Channel:
     def __init__(self, reader, writer):
         self._reader, self._writer = reader, writer
         self.waiting = False  # for an answer: a time limit is the agent's to enforce then
-        self.expired = False
 
     def send(self, message: dict) -> None:
         self._writer.write((json.dumps(message) + "\n").encode())
@@ -140,7 +139,6 @@ def _run(code: str, timeout: float, namespace: dict, channel: Channel) -> dict:
     linecache.cache[SNIPPET] = (len(code), None, lines, SNIPPET)
 
     def expire(_signum, _frame):
-        channel.expired = True
         if not channel.waiting:
             raise SnippetStopped(f"the snippet ran past its time limit ({timeout:g} s)")
 
@@ -175,7 +173,6 @@ def main() -> None:
     channel.send({"ready": True})
     for line in reader:
         message = json.loads(line)
-        channel.expired = False
         channel.send({"done": _run(message["run"], float(message["timeout"]), namespace,
                                    channel)})
 
