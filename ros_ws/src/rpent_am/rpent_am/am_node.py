@@ -234,7 +234,8 @@ class LatestObservation:
             state, images = self._state, dict(self._images)
         return PolicyObservation(
             images={c: to_rgb(image_to_numpy(images[c]), images[c].encoding) for c in cameras},
-            state=state_from_robot_state(state, state_names, self._hub.frames),
+            state=state_from_robot_state(state, state_names, self._hub.frames,
+                                         max(min(DISCOVERY_S, deadline - time.monotonic()), 0.0)),
             state_names=list(state_names), stamp_ns=stamp_to_ns(state.header.stamp),
             robot=self.namespace)
 

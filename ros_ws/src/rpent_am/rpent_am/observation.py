@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import threading
+import time
 from typing import Optional, Sequence
 
 import numpy as np
@@ -33,34 +34,47 @@ class StaticFrames:
 
     def __init__(self):
         self._parents: dict = {}
-        self._lock = threading.Lock()
+        self._changed = threading.Condition()
 
     def add(self, msg) -> None:
-        with self._lock:
+        with self._changed:
             for tf in msg.transforms:
                 t, r = tf.transform.translation, tf.transform.rotation
                 self._parents[tf.child_frame_id] = (
                     tf.header.frame_id, np.array([t.x, t.y, t.z]), np.array([r.x, r.y, r.z, r.w]))
+            self._changed.notify_all()
 
-    def in_world(self, frame: str) -> Optional[tuple]:
-        """(position, quaternion xyzw) of ``frame`` in the ``world`` frame above it."""
+    def in_world(self, frame: str, timeout: float = 0.0) -> Optional[tuple]:
+        """(position, quaternion xyzw) of ``frame`` in the ``world`` frame above it; waits up
+        to ``timeout`` s for it. A robot's latched /tf_static reaches a node that has just
+        discovered it some time after its robot_state can: the first goal must not fail."""
+        deadline = time.monotonic() + timeout
+        with self._changed:
+            while True:
+                found = self._chain(frame)
+                left = deadline - time.monotonic()
+                if found is not None or left <= 0:
+                    return found
+                self._changed.wait(left)
+
+    def _chain(self, frame: str) -> Optional[tuple]:
         position, orientation = np.zeros(3), np.array([0.0, 0.0, 0.0, 1.0])
-        with self._lock:
-            for _ in range(16):
-                if frame.rsplit("/", 1)[-1] == WORLD_FRAME:
-                    return position, orientation
-                if frame not in self._parents:
-                    return None
-                frame, t, r = self._parents[frame]
-                position = quaternion_to_matrix(r) @ position + t
-                orientation = quaternion_multiply(r, orientation)
+        for _ in range(16):
+            if frame.rsplit("/", 1)[-1] == WORLD_FRAME:
+                return position, orientation
+            if frame not in self._parents:
+                return None
+            frame, t, r = self._parents[frame]
+            position = quaternion_to_matrix(r) @ position + t
+            orientation = quaternion_multiply(r, orientation)
         return None
 
 
-def state_from_robot_state(msg, names: Sequence[str],
-                           frames: Optional[StaticFrames] = None) -> np.ndarray:
+def state_from_robot_state(msg, names: Sequence[str], frames: Optional[StaticFrames] = None,
+                           frame_wait: float = 0.0) -> np.ndarray:
     """Pick ``names`` out of a RobotState: ee pose / gripper entries, joint names, or the ee
-    pose in the robot's world frame (``world_ee_x`` ..., from ``frames``)."""
+    pose in the robot's world frame (``world_ee_x`` ..., from ``frames``, waiting up to
+    ``frame_wait`` s for the world frame)."""
     joints = dict(zip(msg.joint_names, msg.joint_positions))
     world = None
     values = []
@@ -71,7 +85,7 @@ def state_from_robot_state(msg, names: Sequence[str],
             values.append(joints[name])
         elif name.startswith(WORLD_PREFIX) and name[len(WORLD_PREFIX):] in POSE_STATE:
             if world is None:
-                world = _ee_in_world(msg, frames)
+                world = _ee_in_world(msg, frames, frame_wait)
             values.append(world[name[len(WORLD_PREFIX):]])
         else:
             raise ObservationError(
@@ -81,13 +95,15 @@ def state_from_robot_state(msg, names: Sequence[str],
     return np.asarray(values, dtype=np.float64)
 
 
-def _ee_in_world(msg, frames: Optional[StaticFrames]) -> dict:
-    base = frames.in_world(msg.header.frame_id) if frames is not None else None
+def _ee_in_world(msg, frames: Optional[StaticFrames], wait: float) -> dict:
+    base = frames.in_world(msg.header.frame_id, wait) if frames is not None else None
     if base is None:
         raise ObservationError(
             f"the model needs the end effector in the robot's world frame, and no "
-            f"'{WORLD_FRAME}' frame above '{msg.header.frame_id}' is on /tf_static: only a "
-            "robot with a world (a simulator) publishes one")
+            f"'{WORLD_FRAME}' frame above '{msg.header.frame_id}' came on /tf_static"
+            f"{f' within {wait:g} s' if wait else ''}: only a robot with a world (a "
+            "simulator) publishes one; serve a model_io without world_ state entries for "
+            "this robot")
     position, orientation = pose_from_msg(msg.ee_pose)
     p = quaternion_to_matrix(base[1]) @ position + base[0]
     q = quaternion_multiply(base[1], orientation)

@@ -92,3 +92,32 @@ def test_cameras_at_another_resolution_than_trained_are_refused():
         io.inputs(observation(np.zeros((128, 128, 3), np.uint8)))
     with pytest.raises(BackendError, match="lacks camera 'agentview'"):
         io.inputs(PolicyObservation({}, np.zeros(8), NAMES))
+
+
+def test_the_world_frame_is_waited_for_and_its_absence_explained():
+    """A model node that has just discovered a robot may hear its robot_state before the
+    robot's latched /tf_static: the state waits for the world frame a bounded time."""
+    import threading
+
+    from geometry_msgs.msg import TransformStamped
+    from tf2_msgs.msg import TFMessage
+
+    from rpent_am.observation import ObservationError, StaticFrames, state_from_robot_state
+    from rpent_interfaces.msg import RobotState
+
+    msg = RobotState()
+    msg.header.frame_id = "pi/base_link"
+    msg.ee_pose.position.x, msg.ee_pose.orientation.w = 0.5, 1.0
+    frames = StaticFrames()
+    with pytest.raises(ObservationError, match="no 'world' frame above 'pi/base_link'.*0.1 s"):
+        state_from_robot_state(msg, ["world_ee_x"], frames, frame_wait=0.1)
+    world = TransformStamped()
+    world.header.frame_id, world.child_frame_id = "pi/world", "pi/base_link"
+    world.transform.translation.x, world.transform.rotation.w = -0.6, 1.0
+    late = threading.Timer(0.2, frames.add, [TFMessage(transforms=[world])])
+    late.start()
+    try:
+        state = state_from_robot_state(msg, ["world_ee_x", "ee_x"], frames, frame_wait=10.0)
+    finally:
+        late.cancel()
+    np.testing.assert_allclose(state, [-0.1, 0.5])
