@@ -7,14 +7,14 @@ Launch arguments (name, default, what):
   require_approval         ''               true: every motion waits for safety/approve; empty: the config file's
   driver_only              false            true: only the robot (and dashboard / recorder), no agent or model; runs until stopped
   max_episode_steps        1000             control steps before the episode ends
-  planner                  ''               scripted | api | mcp; empty: api if model set, else scripted
+  planner                  ''               scripted | api | mcp | claude_code | codex; empty: api if model set, else scripted
   model                    ''               provider:model for api, e.g. anthropic:claude-sonnet-5
   base_url                 ''               the provider's endpoint for api: a proxy, or an OpenAI-compatible server (Ollama, vLLM)
   instruction              ''               what to do; empty: the task's own instruction
   max_turns                30               model turns before the run ends as max_turns
   output_dir               runs             where run folders are created
   run_dir                  ''               use this run folder instead of a new one under output_dir
-  mcp_port                 8766             TCP port of the MCP server (planner:=mcp)
+  mcp_port                 8766             TCP port of the MCP server (planner:=mcp, claude_code, codex)
   policy_mode              tools            tools | code: the model writes Python that calls the tools as robo.<tool>(...) (run_code)
   plan_file                ''               scripted planner: YAML/JSON list of tool calls to run instead of its pick-and-place heuristic
   action_model             ''               model node to use (/gpu/action_model); empty: start one

@@ -8,14 +8,14 @@ Launch arguments (name, default, what):
   max_episode_steps  600              simulator steps before the episode ends
   privileged         true             false: no object poses or native success for the agent, as on a real arm
   operator           auto             who answers the agent's operator requests: auto (the simulator) | human (rpent operator, the Foxglove layout)
-  planner            ''               scripted | api | mcp; empty: api if model set, else scripted
+  planner            ''               scripted | api | mcp | claude_code | codex; empty: api if model set, else scripted
   model              ''               provider:model for api, e.g. anthropic:claude-sonnet-5
   base_url           ''               the provider's endpoint for api: a proxy, or an OpenAI-compatible server (Ollama, vLLM)
   instruction        ''               what to do; empty: the task's own instruction
   max_turns          30               model turns before the run ends as max_turns
   output_dir         runs             where run folders are created
   run_dir            ''               use this run folder instead of a new one under output_dir
-  mcp_port           8766             TCP port of the MCP server (planner:=mcp)
+  mcp_port           8766             TCP port of the MCP server (planner:=mcp, claude_code, codex)
   policy_mode        tools            tools | code: the model writes Python that calls the tools as robo.<tool>(...) (run_code)
   plan_file          ''               scripted planner: YAML/JSON list of tool calls to run instead of its pick-and-place heuristic
   action_model       ''               model node to use (/gpu/action_model); empty: start one

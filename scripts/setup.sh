@@ -4,8 +4,9 @@
 # skipped when its inputs have not changed since it last succeeded.
 #
 #   scripts/setup.sh                   set up / bring up to date, for the main job
-#   scripts/setup.sh --extras so101    also an optional part: models, franka, so101, test
-#                                      (comma-separated; RPENT_EXTRAS does the same)
+#   scripts/setup.sh --extras so101    also an optional part: models, franka, so101, agents,
+#                                      test (comma-separated; RPENT_EXTRAS does the same);
+#                                      agents: the claude_code and codex planners' CLIs
 #   scripts/setup.sh --all             every optional part (what `make test` installs)
 #   RPENT_FORCE=1 scripts/setup.sh     redo every stage
 #
@@ -23,7 +24,7 @@ T0=$SECONDS
 EXTRAS=${RPENT_EXTRAS:-}
 while [ $# -gt 0 ]; do
   case "$1" in
-    --all) EXTRAS=models,franka,so101,test ;;
+    --all) EXTRAS=models,franka,so101,agents,test ;;
     --extras) [ $# -ge 2 ] || { echo "setup.sh: --extras needs a list, e.g. --extras so101" >&2; exit 2; }
               EXTRAS="${EXTRAS:+$EXTRAS,}$2"; shift ;;
     *) echo "setup.sh: unknown argument '$1'; use --extras LIST or --all" >&2; exit 2 ;;
@@ -31,8 +32,8 @@ while [ $# -gt 0 ]; do
   shift
 done
 for e in ${EXTRAS//,/ }; do
-  case "$e" in models|franka|so101|test) ;;
-    *) echo "setup.sh: unknown extra '$e'; the extras are models, franka, so101, test" >&2; exit 2 ;;
+  case "$e" in models|franka|so101|agents|test) ;;
+    *) echo "setup.sh: unknown extra '$e'; the extras are models, franka, so101, agents, test" >&2; exit 2 ;;
   esac
 done
 
@@ -49,6 +50,8 @@ stage_mark() { mkdir -p "$STAMPS"; echo "$2" > "$STAMPS/$1"; }
 APT_PKGS=(cmake g++ libegl1 libegl-mesa0 libgl1-mesa-dri libgles2 ffmpeg)
 # A distro's system Python (Ubuntu 22.04 + Humble: 3.10) has no venv module without it.
 [ -z "${ROS_DISTRO:-}" ] || APT_PKGS+=(python3-venv)
+# The Codex CLI (extra agents) comes from npm.
+case ",$EXTRAS," in *,agents,*) command -v npm >/dev/null || APT_PKGS+=(nodejs npm) ;; esac
 missing=()
 for p in "${APT_PKGS[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -144,7 +147,23 @@ else
   stage_mark extras "$wanted"
 fi
 
-# --- 5. colcon build -----------------------------------------------------------------
+# --- 5. agent CLIs -------------------------------------------------------------------
+# The Claude Agent SDK (a Python dependency of the agents extra) bundles Claude Code; the
+# Codex CLI is an npm package, installed into the venv so that env.sh puts it on PATH.
+CODEX_NPM="@openai/codex@0.171.0"
+case ",$(cat "$STAMPS/extras" 2>/dev/null)," in *,agents,*)
+  if stage_done codex "$CODEX_NPM" && [ -x "$VENV/bin/codex" ]; then
+    say "Codex CLI up to date"
+  else
+    say "installing the Codex CLI ($CODEX_NPM) from npm into $VENV"
+    npm install --silent --no-audit --no-fund --prefix "$VENV/codex" "$CODEX_NPM" \
+      || die "npm could not install $CODEX_NPM (log above); check that the npm registry is reachable"
+    ln -sf ../codex/node_modules/.bin/codex "$VENV/bin/codex"
+    stage_mark codex "$CODEX_NPM"
+  fi ;;
+esac
+
+# --- 6. colcon build -----------------------------------------------------------------
 # shellcheck source=scripts/env.sh
 RPENT_ENV_NO_WORKSPACE=1 source "$ROOT/scripts/env.sh"
 # The PyPI wheels lack tf2_msgs: build its message from ros_ws/pypi_ros. A sourced distro

@@ -309,9 +309,10 @@ def test_api_planner_reports_an_unreachable_openai_compatible_server(robot, node
     assert agent.proc.alive(), agent.proc.log_tail()
 
 
-def pick_and_place_model(conversation):
+def pick_and_place_model(conversation, prefix=""):
     """A scripted LLM: reads the object poses from the tool result it gets, then calls the
-    pick-and-place plan's moves and grips one turn at a time, then finish."""
+    pick-and-place plan's moves and grips one turn at a time, then finish. ``prefix``: what
+    an agent CLI puts before the names of an MCP server's tools."""
     import re
 
     import numpy as np
@@ -321,13 +322,13 @@ def pick_and_place_model(conversation):
 
     calls = [c for m in conversation.messages for c in m.tool_calls]
     if not calls:
-        return Reply("Where are the objects?", [("get_object_poses", {})])
+        return Reply("Where are the objects?", [(prefix + "get_object_poses", {})])
     seen = [r[1] for m in conversation.messages for r in m.tool_results][0]
     if seen.startswith("["):  # pydantic-ai sends OpenAI a tool result of parts as JSON
         seen = "\n".join(p for p in json.loads(seen) if isinstance(p, str))
     poses = {name: np.array([float(x), float(y), float(z)]) for name, x, y, z in re.findall(
         r"(\w+): position \[([-\d.]+), ([-\d.]+), ([-\d.]+)\]", seen)}
-    task = re.search(r"Task: (.*)", conversation.messages[0].texts[0]).group(1)
+    task = re.search(r"Task: (.*)", "\n".join(conversation.messages[0].texts)).group(1)
     obj, target = objects_in_instruction(task, poses)
     plan, here = [], None
     for phase in PLAN:
@@ -338,9 +339,11 @@ def pick_and_place_model(conversation):
             plan.append(("move_to", {"x": here[0], "y": here[1], "z": here[2],
                                      "tolerance": phase.tolerance}))
     plan.append(("finish", {"status": "success", "summary": f"put {obj} in {target}"}))
+    if len(calls) > len(plan):  # an agent CLI may go on after finish: the run is over
+        return Reply("The soup is in the basket.")
     name, args = plan[len(calls) - 1]
-    return Reply("", [(name, {k: float(v) if isinstance(v, np.floating) else v
-                              for k, v in args.items()})])
+    return Reply("", [(prefix + name, {k: float(v) if isinstance(v, np.floating) else v
+                                       for k, v in args.items()})])
 
 
 @pytest.mark.slow
@@ -406,3 +409,105 @@ def test_a_model_writing_code_reaches_native_success(robot, node_factory, tmp_pa
     assert [s.read_text() for s in snippets] == [PICK_AND_PLACE_SNIPPET,
                                                  "robo.finish(status='success', "
                                                  "summary='placed the soup')"]
+
+
+def after_finish_keeps_calling(prefix):
+    """pick_and_place_model, then more tool calls once finish was called: a planner that
+    did not stop its agent CLI at finish would go on."""
+    def model(conversation):
+        reply = pick_and_place_model(conversation, prefix)
+        return reply if reply.tool_calls else type(reply)("", [(prefix + "observe", {})])
+    return model
+
+
+@pytest.mark.slow
+def test_claude_code_reaches_native_success_twice(robot, node_factory, tmp_path, monkeypatch):
+    """planner:=claude_code: the real Claude Code CLI (the Claude Agent SDK's) against a
+    local Anthropic Messages server, with the toolkit as its only tools, over the MCP
+    server; the session is stopped at finish, and a second task runs on the same node."""
+    pytest.importorskip("claude_agent_sdk", reason="the Claude Agent SDK is not installed: "
+                        "scripts/setup.sh --extras agents")
+    from rpent_agent.planners.api import SYSTEM_PROMPT
+    from rpent_agent.provider_wire import AnthropicServer
+
+    client, _ = robot
+    prefix = "mcp__robot__"
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-ant-rpent-test")
+    monkeypatch.setenv("CLAUDE_CONFIG_DIR", str(tmp_path / "claude"))  # not ~/.claude
+    with AnthropicServer(after_finish_keeps_calling(prefix),
+                         api_key="sk-ant-rpent-test") as server:
+        agent = Agent(node_factory, client, tmp_path, "agent_claude_code",
+                      planner="claude_code", model="anthropic:claude-sonnet-5",
+                      base_url=server.base_url, reset_episode=True, mcp_port=free_port())
+        for run in range(2):
+            before = len(server.requests)
+            status, result = agent.result(agent.send(SOUP), 400)
+            assert status == GoalStatus.STATUS_SUCCEEDED, (run, result.summary,
+                                                           server.refused, server.failures,
+                                                           agent.proc.log_tail())
+            assert result.task_success and result.summary == \
+                "put alphabet_soup_1 in basket_1", (run, result.summary)
+            assert result.input_tokens > 0 and result.output_tokens > 0
+            requests = server.requests[before:]
+            assert f"Task: {SOUP}" in requests[0].messages[0].texts
+            # The model would call tools after finish (up to max_turns): the session stops
+            # at finish, before sending the model its result.
+            after = [r for r in requests if any(c[1] == prefix + "finish"
+                                                for m in r.messages for c in m.tool_calls)]
+            assert after == [], len(after)
+    assert not server.refused and not server.failures, (server.refused, server.failures)
+    assert all(r.model == "claude-sonnet-5" for r in server.requests)
+    first = server.requests[0]
+    assert SYSTEM_PROMPT in first.system
+    # The robot's tools and none of Claude Code's own (files, shell, web).
+    tools = {t["name"] for t in first.tools}
+    assert all(t.startswith(prefix) for t in tools) and {
+        prefix + t for t in ("observe", "get_object_poses", "move_to", "gripper",
+                             "finish")} <= tools, tools
+    assert any(m.images for r in server.requests for m in r.messages)  # the cameras
+
+
+def processes_in_group(pgid: int) -> list:
+    """(pid, command name) of every process in the process group ``pgid``."""
+    found = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            text = stat.read_text()
+        except OSError:
+            continue  # it exited meanwhile
+        name, fields = text[text.index("(") + 1:text.rindex(")")], text[text.rindex(")") + 2:]
+        if int(fields.split()[2]) == pgid:
+            found.append((int(stat.parent.name), name))
+    return found
+
+
+@pytest.mark.slow
+def test_canceling_a_claude_code_run_stops_its_session(robot, node_factory, tmp_path,
+                                                      monkeypatch):
+    """A model that never finishes: canceling the run interrupts Claude Code, which sends
+    no further request, and leaves no CLI process behind."""
+    pytest.importorskip("claude_agent_sdk", reason="the Claude Agent SDK is not installed: "
+                        "scripts/setup.sh --extras agents")
+    from rpent_agent.provider_wire import AnthropicServer, Reply
+
+    client, _ = robot
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-ant-rpent-test")
+    monkeypatch.setenv("CLAUDE_CONFIG_DIR", str(tmp_path / "claude"))
+    with AnthropicServer(lambda c: Reply("Looking again.", [("mcp__robot__observe", {})])) \
+            as server:
+        agent = Agent(node_factory, client, tmp_path, "agent_claude_code_cancel",
+                      planner="claude_code", base_url=server.base_url, mcp_port=free_port(),
+                      images=False, max_turns=1000)
+        pgid = agent.proc.proc.pid
+        handle = agent.send("look around until told to stop")
+        wait_until(lambda: len(server.requests) >= 3, 60, what="Claude Code's requests")
+        assert any(name == "claude" for _, name in processes_in_group(pgid))
+        wait_future(handle.cancel_goal_async(), 10, "cancel")
+        status, result = agent.result(handle, 30)
+        sent = len(server.requests)
+        assert status == GoalStatus.STATUS_CANCELED, result.summary
+        assert result.status == RunTask.Result.STATUS_CANCELED
+        assert [pid for pid, _ in processes_in_group(pgid)] == [pgid], \
+            processes_in_group(pgid)  # the node itself, no CLI
+        assert len(server.requests) == sent
+        assert agent.proc.alive(), agent.proc.log_tail()

@@ -99,7 +99,8 @@ def run_dir(args: dict) -> str:
 
 # --- shared pieces ------------------------------------------------------------------------
 AGENT_ARGS = (
-    Argument("planner", "", "scripted | api | mcp; empty: api if model set, else scripted"),
+    Argument("planner", "", "scripted | api | mcp | claude_code | codex; empty: api if "
+             "model set, else scripted"),
     Argument("model", "", "provider:model for api, e.g. anthropic:claude-sonnet-5"),
     Argument("base_url", "", "the provider's endpoint for api: a proxy, or an "
                              "OpenAI-compatible server (Ollama, vLLM)"),
@@ -107,7 +108,8 @@ AGENT_ARGS = (
     Argument("max_turns", "30", "model turns before the run ends as max_turns"),
     Argument("output_dir", "runs", "where run folders are created"),
     Argument("run_dir", "", "use this run folder instead of a new one under output_dir"),
-    Argument("mcp_port", "8766", "TCP port of the MCP server (planner:=mcp)"),
+    Argument("mcp_port", "8766", "TCP port of the MCP server (planner:=mcp, claude_code, "
+             "codex)"),
     Argument("policy_mode", "tools", "tools | code: the model writes Python that calls the "
                                      "tools as robo.<tool>(...) (run_code)"),
     Argument("plan_file", "", "scripted planner: YAML/JSON list of tool calls to run instead "

@@ -63,7 +63,8 @@ class AgentNode(Node):
     def __init__(self, **kwargs):
         super().__init__("agent", **kwargs)
         d = lambda *a, **k: params.declare(self, *a, **k)  # noqa: E731
-        self.planner_param = d("planner", "auto", "api | scripted | mcp | auto (api when a "
+        self.planner_param = d("planner", "auto", "api | scripted | mcp | claude_code | codex "
+                               "| auto (api when a "
                                "model and its key are configured, else scripted)",
                                params.one_of(*PLANNERS))
         self.model = d("model", "", "LLM as provider:model, e.g. anthropic:claude-sonnet-5, "
@@ -114,13 +115,15 @@ class AgentNode(Node):
         self.perception = d("perception", "", "perception node (e.g. perception, relative to "
                             "the robot namespace) for the segment and locate tools; empty = "
                             "no perception tools")
-        self.mcp_host = d("mcp_host", "127.0.0.1", "mcp planner: address to serve on")
-        self.mcp_port = d("mcp_port", 8766, "mcp planner: TCP port (the dashboard has 8765)",
+        self.mcp_host = d("mcp_host", "127.0.0.1", "mcp, claude_code, codex planners: "
+                          "address of the tools' MCP server")
+        self.mcp_port = d("mcp_port", 8766, "mcp, claude_code, codex planners: its TCP port "
+                          "(the dashboard has 8765)",
                           lambda v: None if 0 < v < 65536 else "must be 1..65535")
         self.dashboard_url = d("dashboard_url", "", "where a viewer connects to this run's "
                                "dashboard, for the run summary; empty = no dashboard")
-        self.run_timeout = d("run_timeout", 3600.0, "s a run may take (api, mcp)",
-                             params.positive)
+        self.run_timeout = d("run_timeout", 3600.0, "s a run may take (every planner but "
+                             "scripted)", params.positive)
         self.reset_episode = d("reset_episode", False, "reset the robot's episode before "
                                "each run")
         self.video_enabled = d("video", True, "write episode.mp4 from the camera topics")
@@ -137,8 +140,9 @@ class AgentNode(Node):
         if self.policy_mode == "code" and self.planner_name == "scripted" and \
                 not self.plan_file:
             raise params.ParameterError(
-                "policy_mode code needs a model that writes the code (planner api or mcp) "
-                "or a plan_file of run_code steps; the scripted heuristic calls tools")
+                "policy_mode code needs a model that writes the code (planner api, mcp, "
+                "claude_code or codex) or a plan_file of run_code steps; the scripted "
+                "heuristic calls tools")
 
         self.robot = RobotClient(namespace=self.robot_namespace,
                                  node_name="agent_robot_client")
@@ -207,10 +211,19 @@ class AgentNode(Node):
                               retries=self.model_retries, run_timeout=self.run_timeout,
                               tool_retries=self.tool_retries,
                               prompt_cache=self.prompt_cache)
-        if self.planner_name == "mcp":
-            from .planners.mcp import McpPlanner
-            planner = McpPlanner(lambda: self._toolkit, self.mcp_host, self.mcp_port,
-                                 self.run_timeout)
+        if self.planner_name in ("mcp", "claude_code", "codex"):
+            server = (self.mcp_host, self.mcp_port, self.run_timeout)
+            if self.planner_name == "claude_code":
+                from .planners.claude_code import ClaudeCodePlanner
+                planner = ClaudeCodePlanner(lambda: self._toolkit, self.model, self.base_url,
+                                            *server)
+            elif self.planner_name == "codex":
+                from .planners.codex import CodexPlanner
+                planner = CodexPlanner(lambda: self._toolkit, self.model, self.base_url,
+                                       *server)
+            else:
+                from .planners.mcp import McpPlanner
+                planner = McpPlanner(lambda: self._toolkit, *server)
             url = planner.start(self._new_toolkit(RunState("", 1, 0)).describe())
             self.get_logger().info(f"MCP server for external agents at {url}")
             return planner

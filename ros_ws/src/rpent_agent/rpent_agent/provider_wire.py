@@ -4,11 +4,11 @@
 Completions, ``POST /v1/chat/completions``) and ``OpenAIResponsesServer`` (Responses,
 ``POST /v1/responses``) answer with JSON or, when the request asks ``stream: true``,
 server-sent events in the providers' own event shapes, so the real SDKs (driven by
-pydantic-ai) parse them as they parse the providers'. A request the real API would refuse
-(a missing key header, roles out of order, a tool result that answers no tool call, an
-image that is not base64 PNG/JPEG, a tool without an object schema, a schema strict mode
-cannot take, more than four cache points) gets the provider's 400 error body and is kept
-in ``refused``.
+pydantic-ai, and the Claude Code and Codex CLIs) parse them as they parse the providers'.
+A request the real API would refuse (a missing key header, a conversation that starts with
+the model, a tool result that answers no tool call, an image that is not base64 PNG/JPEG,
+a tool without an object schema, a schema strict mode cannot take, more than four cache
+points) gets the provider's 400 error body and is kept in ``refused``.
 
 The model is a policy: ``policy(conversation) -> Reply``, where the conversation is the
 provider-neutral view of what arrived (system text, tools, and each message's texts,
@@ -301,13 +301,28 @@ class AnthropicServer(_Server):
         messages, pending = [], set()
         if not request.get("messages"):
             raise Refused("messages: at least one message is required")
+        # The API combines consecutive messages of one role into one turn (Claude Code sends
+        # a tool result and a reminder as two user messages); newer models also take system
+        # messages between them (Claude Code's environment notes), text only.
+        turns: list = []
         for i, raw in enumerate(request["messages"]):
-            role = raw["role"]
-            if role != ("user" if i % 2 == 0 else "assistant"):
-                raise Refused(f"messages.{i}: roles must alternate user/assistant, starting "
-                              "with user")
             blocks = raw["content"] if isinstance(raw["content"], list) else \
                 [{"type": "text", "text": raw["content"]}]
+            if raw.get("role") == "system":
+                if any(b.get("type") != "text" for b in blocks):
+                    raise Refused(f"messages.{i}: a system message takes text blocks only")
+                cache_points += sum("cache_control" in b for b in blocks)
+                system = "\n".join([system] + [b["text"] for b in blocks])
+                continue
+            if raw.get("role") not in ("user", "assistant"):
+                raise Refused(f"messages.{i}: unknown role {raw.get('role')!r}")
+            if turns and turns[-1][0] == raw["role"]:
+                turns[-1][1].extend(blocks)
+            else:
+                turns.append((raw["role"], list(blocks)))
+        if turns[0][0] != "user":
+            raise Refused("messages.0: the first message must use the user role")
+        for i, (role, blocks) in enumerate(turns):
             msg = Message(role)
             for block in blocks:
                 cache_points += "cache_control" in block

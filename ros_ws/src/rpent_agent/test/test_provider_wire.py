@@ -163,7 +163,18 @@ def test_the_server_refuses_what_the_real_api_refuses():
         status, _, answer = server.handle("/v1/messages", {"x-api-key": "k",
                                                            "anthropic-version": "2023-06-01"},
                                           json.dumps(body).encode())
-    assert status == 400 and b"alternate" in answer
+    assert status == 400 and b"answers no tool_use" in answer
+    body["messages"][1]["content"] = "and hello"  # combined into one turn, as the API does
+    body["messages"].insert(0, {"role": "assistant", "content": "hello"})
+    status, _, answer = server.handle("/v1/messages", {"x-api-key": "k",
+                                                       "anthropic-version": "2023-06-01"},
+                                      json.dumps(body).encode())
+    assert status == 400 and b"first message must use the user role" in answer
+    del body["messages"][0]
+    status, _, answer = server.handle("/v1/messages", {"x-api-key": "k",
+                                                       "anthropic-version": "2023-06-01"},
+                                      json.dumps(body).encode())
+    assert status == 200 and server.requests[-1].messages[0].texts == ["hi", "and hello"]
     with OpenAIResponsesServer(counting_model) as server:
         body = {"model": "m", "input": "hi", "tools": [{
             "type": "function", "name": "move", "strict": True, "parameters": {

@@ -2,7 +2,8 @@
 
 * ``api``: an LLM through pydantic-ai (Anthropic, OpenAI, OpenAI-compatible servers);
 * ``scripted``: no LLM, a plan file or the pick-and-place heuristic, works offline;
-* ``mcp``: the toolkit served over MCP, an external agent (Claude Code, Codex, ...) decides.
+* ``mcp``: the toolkit served over MCP, an external agent (Claude Code, Codex, ...) decides;
+* ``claude_code``, ``codex``: the same server, with the agent's CLI started for each run.
 
 ``run(toolkit)`` returns when the run has ended; how it ended is ``toolkit.run.finished``.
 """
@@ -10,7 +11,7 @@ from __future__ import annotations
 
 from typing import Optional
 
-PLANNERS = ("auto", "api", "scripted", "mcp")
+PLANNERS = ("auto", "api", "scripted", "mcp", "claude_code", "codex")
 
 
 class PlannerConfigError(ValueError):
