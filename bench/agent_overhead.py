@@ -1,6 +1,6 @@
 """Agent overhead per tool call, without model latency or motion time.
 
-    source scripts/env.sh && python bench/agent_overhead.py [--calls 200]
+    source scripts/env.sh && python bench/agent_overhead.py [--calls 200] [--clis codex]
 
 The real agent node runs in-process against the LIBERO node; its planner is the pydantic-ai
 loop with a model that answers at once and calls ``observe`` (no motion) every turn. The
@@ -10,9 +10,10 @@ with images on, converting and PNG-encoding both 128x128 cameras. The model is a
 FunctionModel (in-process), then each provider path through its real SDK to a local server
 that speaks its wire (rpent_agent.provider_wire): there the interval runs from one answer
 leaving the server to the next request arriving, so the server's own time is left out
-and the SDK's, HTTP's and the growing request's are in. ``observe`` first waits for a
-state and images measured after it was called (never an older view as current): up to a
-control period, and a whole one when calls come back to back as here.
+and the SDK's, HTTP's and the growing request's are in. The claude_code and codex planners
+run their CLIs against the same servers, each tool call an MCP round trip. ``observe``
+first waits for a state and images measured after it was called (never an older view as
+current): up to a control period, and a whole one when calls come back to back as here.
 """
 from __future__ import annotations
 
@@ -52,14 +53,15 @@ def measure(node, calls: int, images: bool) -> np.ndarray:
     return np.diff(stamps)[5:] * 1e3  # the first turns pay for imports and allocations
 
 
-def run(node, planner, calls: int) -> None:
+def run(node, planner, calls: int, opening: int = 1) -> None:
     node.planner = planner
     try:
         result = node.run_task("pick the alphabet soup and place it in the basket",
                                max_turns=calls + 5)
     finally:
         planner.stop()
-    assert result.tool_calls == calls + 2, result.summary  # + the opening observe and finish
+    # + the api planner's opening observe, and finish
+    assert result.tool_calls == calls + opening + 1, result.summary
 
 
 def measure_provider(node, calls: int, provider: str) -> np.ndarray:
@@ -87,9 +89,55 @@ def measure_provider(node, calls: int, provider: str) -> np.ndarray:
     return np.asarray(gaps[5:]) * 1e3
 
 
+def measure_cli(node, calls: int, planner_name: str, tmp: str) -> np.ndarray:
+    """The same run with an agent CLI deciding (its HTTP and MCP round trips included)."""
+    import os
+    import socket
+
+    from rpent_agent.provider_wire import AnthropicServer, OpenAIResponsesServer, Reply
+    from rpent_agent.toolkit import RunState
+
+    prefix = "mcp__robot__"
+
+    def model(conversation):
+        turns = sum(bool(m.tool_calls) for m in conversation.messages)
+        if turns < calls:
+            return Reply("", [(prefix + "observe", {})])
+        if turns == calls:
+            return Reply("", [(prefix + "finish", {"status": "failure",
+                                                   "summary": "benchmark"})])
+        return Reply("Done.")  # Codex's closing reply
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    node.images = True
+    if planner_name == "claude_code":
+        from rpent_agent.planners.claude_code import ClaudeCodePlanner as planner_class
+
+        os.environ.update(ANTHROPIC_API_KEY="sk-ant-bench", CLAUDE_CONFIG_DIR=f"{tmp}/claude")
+        server_class, name = AnthropicServer, "anthropic:claude-sonnet-5"
+    else:
+        from rpent_agent.planners.codex import CodexPlanner as planner_class
+
+        os.makedirs(f"{tmp}/codex", exist_ok=True)
+        os.environ.update(OPENAI_API_KEY="sk-bench", CODEX_HOME=f"{tmp}/codex")
+        server_class, name = OpenAIResponsesServer, "openai:rpent-bench"
+    with server_class(model) as server:
+        planner = planner_class(lambda: node._toolkit, name, server.base_url, port=port)
+        planner.start(node._new_toolkit(RunState("", 1, 0)).describe())
+        run(node, planner, calls, opening=0)
+        assert not server.refused, server.refused
+        timings = list(server.timings)
+    gaps = [nxt[0] - prev[1] for prev, nxt in zip(timings, timings[1:])]
+    return np.asarray(gaps[5:]) * 1e3
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--calls", type=int, default=200)
+    parser.add_argument("--clis", default="claude_code,codex", type=lambda v: v.split(",") if v
+                        else [], help="agent CLIs to measure too (extra agents); empty: none")
     args = parser.parse_args()
     isolate_ros_graph()
     import rclpy
@@ -113,6 +161,7 @@ def main() -> None:
             on = measure(node, args.calls, images=True)
             wire = {p: measure_provider(node, args.calls, p)
                     for p in ("anthropic", "openai", "openai-responses")}
+            clis = {p: measure_cli(node, args.calls, p, tmp) for p in args.clis}
         finally:
             if node is not None:
                 node.destroy_node()
@@ -126,6 +175,9 @@ def main() -> None:
     for provider, gaps in wire.items():
         print(f"  {provider + ' wire, images on':32s} {stats(gaps)}   (SDK and HTTP "
               "included, the server's time not)")
+    for cli, gaps in clis.items():
+        print(f"  {cli + ' planner, images on':32s} {stats(gaps)}   (the CLI, its HTTP and "
+              "MCP round trips included, the server's time not)")
 
 
 if __name__ == "__main__":

@@ -328,7 +328,8 @@ def pick_and_place_model(conversation, prefix=""):
         seen = "\n".join(p for p in json.loads(seen) if isinstance(p, str))
     poses = {name: np.array([float(x), float(y), float(z)]) for name, x, y, z in re.findall(
         r"(\w+): position \[([-\d.]+), ([-\d.]+), ([-\d.]+)\]", seen)}
-    task = re.search(r"Task: (.*)", "\n".join(conversation.messages[0].texts)).group(1)
+    task = re.search(r"Task: (.*)", "\n".join(t for m in conversation.messages
+                                               for t in m.texts)).group(1)
     obj, target = objects_in_instruction(task, poses)
     plan, here = [], None
     for phase in PLAN:
@@ -420,6 +421,17 @@ def after_finish_keeps_calling(prefix):
     return model
 
 
+def soup_run(agent, server, run: int):
+    """Run the soup task; (its result, the requests the model server got meanwhile)."""
+    before = len(server.requests)
+    status, result = agent.result(agent.send(SOUP), 400)
+    assert status == GoalStatus.STATUS_SUCCEEDED, (run, result.summary, server.refused,
+                                                   server.failures, agent.proc.log_tail())
+    assert result.task_success and result.summary == "put alphabet_soup_1 in basket_1", \
+        (run, result.summary)
+    return result, server.requests[before:]
+
+
 @pytest.mark.slow
 def test_claude_code_reaches_native_success_twice(robot, node_factory, tmp_path, monkeypatch):
     """planner:=claude_code: the real Claude Code CLI (the Claude Agent SDK's) against a
@@ -440,15 +452,8 @@ def test_claude_code_reaches_native_success_twice(robot, node_factory, tmp_path,
                       planner="claude_code", model="anthropic:claude-sonnet-5",
                       base_url=server.base_url, reset_episode=True, mcp_port=free_port())
         for run in range(2):
-            before = len(server.requests)
-            status, result = agent.result(agent.send(SOUP), 400)
-            assert status == GoalStatus.STATUS_SUCCEEDED, (run, result.summary,
-                                                           server.refused, server.failures,
-                                                           agent.proc.log_tail())
-            assert result.task_success and result.summary == \
-                "put alphabet_soup_1 in basket_1", (run, result.summary)
+            result, requests = soup_run(agent, server, run)
             assert result.input_tokens > 0 and result.output_tokens > 0
-            requests = server.requests[before:]
             assert f"Task: {SOUP}" in requests[0].messages[0].texts
             # The model would call tools after finish (up to max_turns): the session stops
             # at finish, before sending the model its result.
@@ -511,3 +516,76 @@ def test_canceling_a_claude_code_run_stops_its_session(robot, node_factory, tmp_
             processes_in_group(pgid)  # the node itself, no CLI
         assert len(server.requests) == sent
         assert agent.proc.alive(), agent.proc.log_tail()
+
+
+def codex_or_skip() -> str:
+    import shutil
+
+    cli = shutil.which("codex")
+    if cli is None:
+        pytest.skip("the Codex CLI is not installed: scripts/setup.sh --extras agents")
+    return cli
+
+
+@pytest.mark.slow
+def test_codex_reaches_native_success_and_stops_when_the_model_goes_on(
+        robot, node_factory, tmp_path, monkeypatch):
+    """planner:=codex: the real Codex CLI against a local Responses server, with the
+    toolkit's MCP tools as the model's only robot tools, Codex's shell, files and web off;
+    after finish the model's closing reply ends Codex by itself (run 1); a model that calls
+    a tool instead has Codex stopped there (run 2)."""
+    codex_or_skip()
+    from rpent_agent.planners.api import SYSTEM_PROMPT
+    from rpent_agent.provider_wire import OpenAIResponsesServer, Reply
+
+    client, _ = robot
+    prefix = "mcp__robot__"
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-rpent-test")
+    monkeypatch.setenv("CODEX_HOME", str(tmp_path / "codex"))  # not ~/.codex
+    (tmp_path / "codex").mkdir()
+    closing = {"reply": Reply("The soup is in the basket.")}
+
+    def model(conversation):
+        reply = pick_and_place_model(conversation, prefix)
+        return reply if reply.tool_calls else closing["reply"]
+
+    with OpenAIResponsesServer(model, api_key="sk-rpent-test") as server:
+        agent = Agent(node_factory, client, tmp_path, "agent_codex", planner="codex",
+                      model="openai:rpent-test-model", base_url=server.base_url,
+                      reset_episode=True, mcp_port=free_port())
+        pgid = agent.proc.proc.pid
+        for run in range(2):
+            result, requests = soup_run(agent, server, run)
+            assert f"Task: {SOUP}" in "\n".join(requests[0].messages[-1].texts)
+            after = [r for r in requests if any(c[1] == prefix + "finish"
+                                                for m in r.messages for c in m.tool_calls)]
+            assert len(after) == 1, len(after)  # the finish result, then no more
+            assert [pid for pid, _ in processes_in_group(pgid)] == [pgid]
+            if run == 0:
+                # Codex reports a turn's tokens when it completes.
+                assert result.input_tokens > 0 and result.output_tokens > 0
+            closing["reply"] = Reply("", [(prefix + "observe", {})])
+    assert not server.refused and not server.failures, (server.refused, server.failures)
+    first = server.requests[0]
+    assert all(r.model == "rpent-test-model" for r in server.requests)
+    # Our prompt instead of Codex's own; the robot's tools and none of Codex's shell, file,
+    # image or agent tools.
+    assert SYSTEM_PROMPT in "\n".join(first.messages[0].texts)
+    tools = {t["name"] for t in first.tools}
+    robot_tools = {t for t in tools if t.startswith(prefix)}
+    assert {prefix + t for t in ("observe", "get_object_poses", "move_to", "gripper",
+                                 "finish")} <= robot_tools
+    assert not {"exec_command", "shell", "view_image", "apply_patch", "web_search"} & tools, \
+        tools
+    assert any(m.images for r in server.requests for m in r.messages)  # the cameras
+
+
+@pytest.mark.slow
+def test_codex_without_its_cli_says_how_to_install_it(node_factory, robot, tmp_path):
+    proc = node_factory("rpent_agent", "agent_node",
+                        {"planner": "codex", "codex_cli": str(tmp_path / "no-codex"),
+                         "output_dir": str(tmp_path)}, name="agent_no_codex")
+    wait_until(lambda: not proc.alive(), 60, what="the node to exit")
+    assert proc.proc.returncode != 0
+    assert "needs the Codex CLI" in proc.log_tail() and "--extras agents" in proc.log_tail(), \
+        proc.log_tail()

@@ -120,6 +120,8 @@ class AgentNode(Node):
         self.mcp_port = d("mcp_port", 8766, "mcp, claude_code, codex planners: its TCP port "
                           "(the dashboard has 8765)",
                           lambda v: None if 0 < v < 65536 else "must be 1..65535")
+        self.codex_cli = d("codex_cli", "codex", "codex planner: the Codex CLI executable "
+                           "(name on PATH or path)")
         self.dashboard_url = d("dashboard_url", "", "where a viewer connects to this run's "
                                "dashboard, for the run summary; empty = no dashboard")
         self.run_timeout = d("run_timeout", 3600.0, "s a run may take (every planner but "
@@ -220,7 +222,7 @@ class AgentNode(Node):
             elif self.planner_name == "codex":
                 from .planners.codex import CodexPlanner
                 planner = CodexPlanner(lambda: self._toolkit, self.model, self.base_url,
-                                       *server)
+                                       *server, cli=self.codex_cli)
             else:
                 from .planners.mcp import McpPlanner
                 planner = McpPlanner(lambda: self._toolkit, *server)

@@ -29,6 +29,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Callable, Optional
 
 TOOL_NAME = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
+NAMESPACE_SEP = "__"  # a Responses namespace's function, as the policy sees it: <ns>__<name>
 IMAGE_MAGIC = {"image/png": b"\x89PNG\r\n\x1a\n", "image/jpeg": b"\xff\xd8\xff"}
 
 
@@ -155,7 +156,7 @@ class _Server:
             self.failures.append(err)
             return 500, {"content-type": "application/json"}, self.error(
                 f"the model failed: {type(err).__name__}: {err}")
-        tokens_in = max(1, len(body) // 4)
+        tokens_in = max(1, _tokens(_images_as_blocks(request)))
         if request.get("stream"):
             return 200, {"content-type": "text/event-stream"}, self.stream(
                 request, reply, tokens_in)
@@ -183,8 +184,8 @@ class _Server:
 
 
 def _tokens(value) -> int:
-    """A rough Anthropic token count: a quarter of the characters of text and structure,
-    and (width x height) / 750 per image, the API's own rule for image tokens."""
+    """A rough token count: a quarter of the characters of text and structure, and
+    (width x height) / 750 per image, Anthropic's own rule for image tokens."""
     if isinstance(value, dict):
         source = value.get("source")
         if value.get("type") == "image" and isinstance(source, dict):
@@ -199,6 +200,21 @@ def _tokens(value) -> int:
     if isinstance(value, list):
         return sum(_tokens(v) for v in value)
     return len(str(value)) // 4
+
+
+def _images_as_blocks(value):
+    """``value`` with OpenAI's data-URL images as Anthropic image blocks, which ``_tokens``
+    counts by size, not by their base64 length (an agent CLI that counts toward its context
+    window would otherwise compact its history after a few images)."""
+    if isinstance(value, dict):
+        return {k: _images_as_blocks(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_images_as_blocks(v) for v in value]
+    if isinstance(value, str) and value.startswith("data:image/") and ";base64," in value:
+        media_type, data = value[len("data:"):].split(";base64,", 1)
+        return {"type": "image", "source": {"type": "base64", "media_type": media_type,
+                                            "data": data}}
+    return value
 
 
 def _uncached(value):
@@ -466,17 +482,14 @@ class OpenAIResponsesServer(_OpenAIServer):
             raise Refused("Missing required parameter: 'model'.")
         tools = []
         for tool in request.get("tools", []):
-            if tool.get("type") != "function" or not TOOL_NAME.match(tool.get("name", "")):
-                raise Refused(f"tools: invalid tool {tool!r:.80}")
-            schema = tool.get("parameters") or {}
-            if schema.get("type") != "object":
-                raise Refused(f"tools.{tool['name']}.parameters: type must be 'object'")
-            problem = tool.get("strict") and _strict_schema_problem(
-                schema, f"Invalid schema for function '{tool['name']}'")
-            if problem:
-                raise Refused(problem)
-            tools.append({"name": tool["name"], "description": tool.get("description", ""),
-                          "schema": schema})
+            # A namespace groups functions (Codex puts each MCP server's tools in one); the
+            # policy sees them as <namespace>__<name>.
+            if tool.get("type") == "namespace" and TOOL_NAME.match(tool.get("name", "")) \
+                    and isinstance(tool.get("tools"), list):
+                tools += [{**t, "name": f"{tool['name']}{NAMESPACE_SEP}{t['name']}"}
+                          for t in map(self._function, tool["tools"])]
+            else:
+                tools.append(self._function(tool))
         items = request.get("input")
         items = [{"role": "user", "content": items}] if isinstance(items, str) else items
         if not items:
@@ -491,7 +504,9 @@ class OpenAIResponsesServer(_OpenAIServer):
                     raise Refused(f"input[{i}]: a function_call needs call_id and name")
                 if not messages or messages[-1].role != "assistant":
                     messages.append(Message("assistant"))
-                messages[-1].tool_calls.append((item["call_id"], item["name"],
+                name = item["name"] if not item.get("namespace") else \
+                    f"{item['namespace']}{NAMESPACE_SEP}{item['name']}"
+                messages[-1].tool_calls.append((item["call_id"], name,
                                                 json.loads(item["arguments"])))
                 calls.add(item["call_id"])
             elif kind == "function_call_output":
@@ -533,6 +548,20 @@ class OpenAIResponsesServer(_OpenAIServer):
         return Conversation(request["model"], request.get("instructions") or "", tools,
                             messages, request)
 
+    @staticmethod
+    def _function(tool: dict) -> dict:
+        if tool.get("type") != "function" or not TOOL_NAME.match(tool.get("name", "")):
+            raise Refused(f"tools: invalid tool {tool!r:.80}")
+        schema = tool.get("parameters") or {}
+        if schema.get("type") != "object":
+            raise Refused(f"tools.{tool['name']}.parameters: type must be 'object'")
+        problem = tool.get("strict") and _strict_schema_problem(
+            schema, f"Invalid schema for function '{tool['name']}'")
+        if problem:
+            raise Refused(problem)
+        return {"name": tool["name"], "description": tool.get("description", ""),
+                "schema": schema}
+
     def response(self, request: dict, reply: Reply, tokens_in: int) -> dict:
         output = []
         if reply.text:
@@ -540,10 +569,16 @@ class OpenAIResponsesServer(_OpenAIServer):
                            "status": "completed", "role": "assistant", "content": [
                                {"type": "output_text", "text": reply.text,
                                 "annotations": []}]})
+        namespaces = [t["name"] for t in request.get("tools", []) if t.get("type") == "namespace"]
         for name, args in reply.tool_calls:
-            output.append({"type": "function_call", "id": f"fc_{uuid.uuid4().hex[:20]}",
-                           "call_id": f"call_{uuid.uuid4().hex[:20]}", "name": name,
-                           "arguments": _arguments(args), "status": "completed"})
+            call = {"type": "function_call", "id": f"fc_{uuid.uuid4().hex[:20]}",
+                    "call_id": f"call_{uuid.uuid4().hex[:20]}", "name": name,
+                    "arguments": _arguments(args), "status": "completed"}
+            # A function of a namespace is answered with its namespace and its own name.
+            for space in namespaces:
+                if name.startswith(space + NAMESPACE_SEP):
+                    call.update(namespace=space, name=name[len(space + NAMESPACE_SEP):])
+            output.append(call)
         return {"id": f"resp_{uuid.uuid4().hex[:20]}", "object": "response",
                 "created_at": int(time.time()), "status": "completed", "error": None,
                 "incomplete_details": None, "instructions": request.get("instructions"),

@@ -4,6 +4,7 @@ ones refuse. The robot side is a small desk of tools; what is under test is what
 the wire and how the planner lives with it."""
 from __future__ import annotations
 
+import base64
 import json
 import re
 
@@ -270,3 +271,38 @@ def test_the_other_response_mode_parses_with_each_providers_own_sdk():
     assert done.type == "response.completed" and done.response.output_text == "adding"
     assert done.response.output[1].name == "add"
     assert json.loads(done.response.output[1].arguments) == {"a": 2}
+
+
+def test_responses_namespaces_are_answered_in_their_namespace():
+    """Codex sends an MCP server's tools as a namespace: the policy sees <ns>__<name>, and
+    a call to one goes back with its namespace, as the API answers it (with the OpenAI
+    SDK parsing the answer). Images count by size, not by their base64 length."""
+    from openai import OpenAI
+
+    noise = np.random.default_rng(0).integers(0, 255, (480, 640, 3), dtype=np.uint8)
+    png = cv2.imencode(".png", noise)[1].tobytes()  # ~900 kB: ~300k tokens by its length
+    url = "data:image/png;base64," + base64.b64encode(png).decode()
+    seen = []
+
+    def model(conversation):
+        seen.append(conversation)
+        return Reply("", [("mcp__robot__observe", {})])
+
+    with OpenAIResponsesServer(model) as server:
+        sdk = OpenAI(base_url=server.base_url, api_key="k")
+        namespace = {"type": "namespace", "name": "mcp__robot", "description": "robot",
+                     "tools": [{"type": "function", "name": "observe", "strict": False,
+                                "parameters": {"type": "object", "properties": {}}}]}
+        answer = sdk.post("/responses", cast_to=object, body={
+            "model": "m", "tools": [namespace], "input": [
+                {"type": "message", "role": "user", "content": [
+                    {"type": "input_text", "text": "look"},
+                    {"type": "input_image", "image_url": url}]},
+                {"type": "function_call", "call_id": "c1", "name": "observe",
+                 "namespace": "mcp__robot", "arguments": "{}"},
+                {"type": "function_call_output", "call_id": "c1", "output": "ok"}]})
+    assert [t["name"] for t in seen[0].tools] == ["mcp__robot__observe"]
+    assert seen[0].messages[1].tool_calls[0][1] == "mcp__robot__observe"
+    call = answer["output"][0]
+    assert (call["namespace"], call["name"]) == ("mcp__robot", "observe")
+    assert answer["usage"]["input_tokens"] < 1000  # 640x480: ~400 tokens, not len(base64)/4

@@ -18,6 +18,16 @@ class PlannerConfigError(ValueError):
     """The planner cannot be built from the given parameters."""
 
 
+def cli_model(planner: str, model: str, providers: tuple, what: str) -> str:
+    """The model name an agent CLI takes, from ``provider:name`` or a bare name."""
+    provider, sep, name = model.partition(":")
+    if sep and provider not in providers:
+        raise PlannerConfigError(
+            f"planner '{planner}' runs {what} models, not '{provider}:'; set model to "
+            f"{providers[0]}:<name> or leave it empty for the CLI's default model")
+    return name if sep else model
+
+
 def model_problem(model: str, base_url: str = "") -> Optional[str]:
     """Why ``model`` cannot be used (no model, unknown provider, missing key), or None."""
     if not model:

@@ -14,7 +14,7 @@ import tempfile
 import time
 import anyio
 
-from . import PlannerConfigError
+from . import PlannerConfigError, cli_model
 from .api import CODE_PROMPT, SYSTEM_PROMPT
 from .mcp import McpPlanner
 
@@ -41,12 +41,7 @@ class ClaudeCodePlanner(McpPlanner):
         """``model``: ``anthropic:<name>``, a bare name, or empty for Claude Code's default."""
         require_sdk()
         super().__init__(toolkit_provider, host, port, run_timeout)
-        provider, sep, name = model.partition(":")
-        if sep and provider != "anthropic":
-            raise PlannerConfigError(
-                f"planner 'claude_code' runs Anthropic models, not '{provider}:'; set model "
-                "to anthropic:<name> or leave it empty for Claude Code's default")
-        self.model = name if sep else model
+        self.model = cli_model(self.name, model, ("anthropic",), "Anthropic")
         self.base_url = base_url
         self.system_prompt = system_prompt
         self._counted: set = set()  # message ids whose usage is counted

@@ -71,6 +71,7 @@ class McpPlanner:
     async def _call_tool(self, ctx, params) -> types.CallToolResult:
         toolkit = self._toolkit()
         if toolkit is None or toolkit.run.finished is not None:
+            self.called_after_end()
             return _text("no task is running; start one with the agent's run_task action",
                          error=True)
         run = toolkit.run
@@ -87,6 +88,9 @@ class McpPlanner:
                         types.ImageContent(data=base64.b64encode(png).decode(),
                                            mime_type="image/png")]
         return types.CallToolResult(content=content, is_error=not result.ok)
+
+    def called_after_end(self) -> None:
+        """A tool was called with no run going on: a planner that starts the agent stops it."""
 
     # --- one run -------------------------------------------------------------------------
     def run(self, toolkit) -> None:
