@@ -486,6 +486,19 @@ def processes_in_group(pgid: int) -> list:
     return found
 
 
+def processes_mentioning(text: str) -> list:
+    """(pid, command line) of every process whose command line contains ``text``."""
+    found = []
+    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+        try:
+            args = cmdline.read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        if text in args:
+            found.append((int(cmdline.parent.name), args))
+    return found
+
+
 @pytest.mark.slow
 def test_canceling_a_claude_code_run_stops_its_session(robot, node_factory, tmp_path,
                                                       monkeypatch):
@@ -549,18 +562,19 @@ def test_codex_reaches_native_success_and_stops_when_the_model_goes_on(
         reply = pick_and_place_model(conversation, prefix)
         return reply if reply.tool_calls else closing["reply"]
 
+    port = free_port()
     with OpenAIResponsesServer(model, api_key="sk-rpent-test") as server:
         agent = Agent(node_factory, client, tmp_path, "agent_codex", planner="codex",
                       model="openai:rpent-test-model", base_url=server.base_url,
-                      reset_episode=True, mcp_port=free_port())
-        pgid = agent.proc.proc.pid
+                      reset_episode=True, mcp_port=port)
         for run in range(2):
             result, requests = soup_run(agent, server, run)
             assert f"Task: {SOUP}" in "\n".join(requests[0].messages[-1].texts)
             after = [r for r in requests if any(c[1] == prefix + "finish"
                                                 for m in r.messages for c in m.tool_calls)]
             assert len(after) == 1, len(after)  # the finish result, then no more
-            assert [pid for pid, _ in processes_in_group(pgid)] == [pgid]
+            # Codex runs in a process group of its own: none of it is left.
+            assert processes_mentioning(f"127.0.0.1:{port}/mcp") == []
             if run == 0:
                 # Codex reports a turn's tokens when it completes.
                 assert result.input_tokens > 0 and result.output_tokens > 0

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import tempfile
 import time
+
 import anyio
 
 from . import PlannerConfigError, cli_model
