@@ -96,6 +96,14 @@ class RunState:
         if self.finished is None:
             self.finished = (status, summary)
 
+    def count_tokens(self, input_tokens, cache_read=0, cache_write=0, output_tokens=0) -> None:
+        """Add a response's usage; ``input_tokens`` includes the cached parts, and a
+        provider's None counts as 0."""
+        self.input_tokens += input_tokens or 0
+        self.cache_read_tokens += cache_read or 0
+        self.cache_write_tokens += cache_write or 0
+        self.output_tokens += output_tokens or 0
+
 
 def rpy_to_quaternion(roll: float, pitch: float, yaw: float) -> np.ndarray:
     """Fixed-axis x-y-z (roll about x, then pitch about y, then yaw about z) -> xyzw."""

@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import threading
-import time
 from typing import Optional, Sequence
 
 import numpy as np
@@ -48,14 +47,8 @@ class StaticFrames:
         """(position, quaternion xyzw) of ``frame`` in the ``world`` frame above it; waits up
         to ``timeout`` s for it. A robot's latched /tf_static reaches a node that has just
         discovered it some time after its robot_state can: the first goal must not fail."""
-        deadline = time.monotonic() + timeout
         with self._changed:
-            while True:
-                found = self._chain(frame)
-                left = deadline - time.monotonic()
-                if found is not None or left <= 0:
-                    return found
-                self._changed.wait(left)
+            return self._changed.wait_for(lambda: self._chain(frame), timeout)
 
     def _chain(self, frame: str) -> Optional[tuple]:
         position, orientation = np.zeros(3), np.array([0.0, 0.0, 0.0, 1.0])

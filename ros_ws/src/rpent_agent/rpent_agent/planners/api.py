@@ -45,6 +45,12 @@ tools of their own."""
 CONTINUE_PROMPT = ("You replied without calling a tool. Continue the task with the tools, "
                    "or call finish to end the run.")
 
+
+def instructions_for(toolkit, system_prompt: str = SYSTEM_PROMPT) -> str:
+    """The system prompt of a run: in code mode with the line that says how to act."""
+    return system_prompt + (CODE_PROMPT if "run_code" in toolkit.tools else "")
+
+
 RETRY_STATUS = {408, 409, 425, 429, 500, 502, 503, 504, 529}
 
 
@@ -241,7 +247,7 @@ class ApiPlanner:
     async def _loop(self, toolkit) -> None:
         run = toolkit.run
         keep = self.max_history_images
-        instructions = self.system_prompt + (CODE_PROMPT if "run_code" in toolkit.tools else "")
+        instructions = instructions_for(toolkit, self.system_prompt)
         agent = Agent(self.model, instructions=instructions, tools=self._tools(toolkit),
                       retries=self.tool_retries,
                       model_settings=cache_settings(self.model) if self.prompt_cache else None,
@@ -267,10 +273,8 @@ class ApiPlanner:
                     run.end("max_turns", f"used all {run.max_turns} turns without finishing")
                 finally:
                     usage = agent_run.usage
-                    run.input_tokens += usage.input_tokens or 0
-                    run.cache_read_tokens += usage.cache_read_tokens or 0
-                    run.cache_write_tokens += usage.cache_write_tokens or 0
-                    run.output_tokens += usage.output_tokens or 0
+                    run.count_tokens(usage.input_tokens, usage.cache_read_tokens,
+                                     usage.cache_write_tokens, usage.output_tokens)
                     history = agent_run.all_messages()
                     self.messages = history
             prompt = CONTINUE_PROMPT

@@ -16,7 +16,7 @@ import time
 import anyio
 
 from . import PlannerConfigError, cli_model
-from .api import CODE_PROMPT, SYSTEM_PROMPT
+from .api import SYSTEM_PROMPT, instructions_for
 from .mcp import McpPlanner
 
 SERVER = "robot"  # Claude Code names the tools mcp__robot__<tool>
@@ -70,8 +70,7 @@ class ClaudeCodePlanner(McpPlanner):
 
         with tempfile.TemporaryDirectory(prefix="rpent-claude-code-") as cwd:
             options = ClaudeAgentOptions(
-                system_prompt=self.system_prompt + (
-                    CODE_PROMPT if "run_code" in toolkit.tools else ""),
+                system_prompt=instructions_for(toolkit, self.system_prompt),
                 mcp_servers={SERVER: {"type": "http", "url": self.url}},
                 # No built-in tools (files, shell, web): the robot's tools are all it has,
                 # pre-approved; anything else is refused without asking anyone.
@@ -81,7 +80,6 @@ class ClaudeCodePlanner(McpPlanner):
                 hooks={"PostToolUse": [HookMatcher(matcher=f"mcp__{SERVER}__.*",
                                                    hooks=[after_tool])]},
                 stderr=lambda line: stderr.append(line) if len(stderr) < 50 else None)
-            ended_by_cli = False
             try:
                 async with ClaudeSDKClient(options=options) as session:
                     await session.query(f"Task: {run.instruction}")
@@ -89,18 +87,12 @@ class ClaudeCodePlanner(McpPlanner):
                         group.start_soon(self._watch, run, deadline, session)
                         async for message in session.receive_response():
                             self._on_message(toolkit, message)
-                        ended_by_cli = True
                         group.cancel_scope.cancel()
             except ClaudeSDKError as err:
                 run.end("error", f"Claude Code failed: {err}{_tail(stderr)}. Check the "
                         "model name, ANTHROPIC_API_KEY and base_url")
-        if run.finished is None and not run.cancel.is_set():
-            if time.monotonic() >= deadline:
-                run.end("error", f"the run took longer than run_timeout "
-                        f"({self.run_timeout:g} s)")
-            elif ended_by_cli:
-                run.end("error", "Claude Code ended its session without calling finish"
-                        f"{_tail(stderr)}")
+        self.end_unfinished(run, deadline, "Claude Code ended its session without calling "
+                            f"finish{_tail(stderr)}")
 
     @staticmethod
     async def _watch(run, deadline: float, session) -> None:
@@ -123,22 +115,18 @@ class ClaudeCodePlanner(McpPlanner):
             # with the response's usage each time: count a response once.
             if message.usage and message.message_id not in self._counted:
                 self._counted.add(message.message_id)
-                _add_usage(run, message.usage)
+                usage = message.usage
+                read = usage.get("cache_read_input_tokens") or 0
+                written = usage.get("cache_creation_input_tokens") or 0
+                # Anthropic's input_tokens are the uncached part only
+                run.count_tokens((usage.get("input_tokens") or 0) + read + written, read,
+                                 written, usage.get("output_tokens"))
             if message.error:
                 toolkit.listener(kind="error", text=f"Claude Code: {message.error}")
         elif isinstance(message, ResultMessage) and message.is_error and run.finished is None:
             kind = "" if message.subtype == "success" else f" ({message.subtype})"
             run.end("error", f"Claude Code ended with an error{kind}: {message.result or '?'}"
                     ". Check the model name, ANTHROPIC_API_KEY and base_url")
-
-
-def _add_usage(run, usage: dict) -> None:
-    read = usage.get("cache_read_input_tokens") or 0
-    written = usage.get("cache_creation_input_tokens") or 0
-    run.input_tokens += (usage.get("input_tokens") or 0) + read + written
-    run.cache_read_tokens += read
-    run.cache_write_tokens += written
-    run.output_tokens += usage.get("output_tokens") or 0
 
 
 def _tail(stderr: list) -> str:

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Optional
 
 from . import PlannerConfigError, cli_model
-from .api import CODE_PROMPT, SYSTEM_PROMPT
+from .api import SYSTEM_PROMPT, instructions_for
 from .mcp import McpPlanner
 
 SERVER = "robot"
@@ -108,8 +108,7 @@ class CodexPlanner(McpPlanner):
         errors: list = []
         with tempfile.TemporaryDirectory(prefix="rpent-codex-") as workdir:
             instructions = Path(workdir) / "instructions.md"
-            instructions.write_text(self.system_prompt + (
-                CODE_PROMPT if "run_code" in toolkit.tools else ""))
+            instructions.write_text(instructions_for(toolkit, self.system_prompt))
             env = dict(os.environ)
             if self.base_url and not env.get("OPENAI_API_KEY"):
                 env["OPENAI_API_KEY"] = "not-needed"  # a local server may take no key
@@ -140,15 +139,10 @@ class CodexPlanner(McpPlanner):
             reader.join(5.0)
             with self._lock:
                 self._process = None
-        if run.finished is None and not run.cancel.is_set():
-            if time.monotonic() >= deadline:
-                run.end("error", f"the run took longer than run_timeout "
-                        f"({self.run_timeout:g} s)")
-            else:
-                why = "; ".join(errors[-2:]) or " | ".join(stderr[-3:]) or \
-                    f"exit status {process.returncode}"
-                run.end("error", f"Codex ended without calling finish: {why}. Check the "
-                        "model name, OPENAI_API_KEY and base_url")
+        why = "; ".join(errors[-2:]) or " | ".join(stderr[-3:]) or \
+            f"exit status {process.returncode}"
+        self.end_unfinished(run, deadline, f"Codex ended without calling finish: {why}. Check "
+                            "the model name, OPENAI_API_KEY and base_url")
 
     def called_after_end(self) -> None:
         # The model went on after finish: no closing reply to wait for. The server's event
@@ -193,7 +187,6 @@ class CodexPlanner(McpPlanner):
                 toolkit.listener(kind="error", text=f"Codex: {message}")
             elif kind == "turn.completed":
                 usage = event.get("usage") or {}
-                run.input_tokens += usage.get("input_tokens") or 0
-                run.cache_read_tokens += usage.get("cached_input_tokens") or 0
-                run.cache_write_tokens += usage.get("cache_write_input_tokens") or 0
-                run.output_tokens += usage.get("output_tokens") or 0
+                run.count_tokens(usage.get("input_tokens"), usage.get("cached_input_tokens"),
+                                 usage.get("cache_write_input_tokens"),
+                                 usage.get("output_tokens"))

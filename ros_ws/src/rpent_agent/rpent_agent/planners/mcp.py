@@ -92,6 +92,15 @@ class McpPlanner:
     def called_after_end(self) -> None:
         """A tool was called with no run going on: a planner that starts the agent stops it."""
 
+    def end_unfinished(self, run, deadline: float, why: str) -> None:
+        """End a run its agent left without finish: past ``run_timeout``, else for ``why``."""
+        if run.finished is None and not run.cancel.is_set():
+            if time.monotonic() >= deadline:
+                run.end("error", f"the run took longer than run_timeout "
+                        f"({self.run_timeout:g} s)")
+            else:
+                run.end("error", why)
+
     # --- one run -------------------------------------------------------------------------
     def run(self, toolkit) -> None:
         """Wait until the external agent ends the run (or cancel / timeout ends it)."""
