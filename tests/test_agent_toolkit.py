@@ -216,6 +216,35 @@ def test_run_policy_goes_through_the_chunk_executor(robot, node_factory, tmp_pat
 
 
 @pytest.mark.slow
+def test_scripted_planner_does_the_task_itself_when_the_policy_fails(robot, node_factory,
+                                                                     tmp_path):
+    """An action model that dies before the run: run_policy fails, and the heuristic still
+    picks and places, rather than giving up on the first failed tool."""
+    from rpent_agent.planners.scripted import ScriptedPlanner
+    from rpent_am.chunk_executor import ChunkExecutor
+    from rpent_am.client import ActionModelClient
+
+    client, info, observer, _ = robot
+    client.reset()
+    am = node_factory("rpent_am", "am_node", {"backend": "scripted"}, name="agent_tk_dead_am")
+    model_client = ActionModelClient(client.node)
+    meta = model_client.connect(info, timeout=60)
+    am.proc.send_signal(signal.SIGKILL)
+    am.proc.wait(10)
+    toolkit, events = make_toolkit(robot, tmp_path, max_turns=20,
+                                   executor=ChunkExecutor(client, model_client),
+                                   model_meta=meta, images=False)
+    ScriptedPlanner().run(toolkit)
+    results = [e for e in events if e["kind"] == "tool_result"]
+    calls = [e["tool_name"] for e in events if e["kind"] == "tool_call"]
+    assert calls[:3] == ["observe", "run_policy", "gripper"], calls
+    assert not results[1]["ok"], results[1]
+    assert calls[-1] == "finish" and "get_object_poses" in calls
+    assert toolkit.run.finished[0] == "success", toolkit.run.finished
+    assert observer.task().success, "the simulator's own success check must agree"
+
+
+@pytest.mark.slow
 def test_observe_says_when_the_robot_node_is_gone(rclpy_context, node_factory, tmp_path):
     """A robot node killed outright leaves its last state behind: observe must not present
     it as current."""

@@ -33,9 +33,6 @@ LICHTBLICK_PANEL_TYPES = {
     "RawMessages", "RawMessagesVirtual", "RosOut", "StateTransitions", "Table", "TopicGraph",
     "SourceInfo", "GlobalVariableSliderPanel", "NodePlayground", "Tab", "PlaybackPerformance",
 }
-# Drawn by the bridge from ee_pose and the agent's tool calls for the live 3D view; a bag
-# has /ee_pose, which the same 3D panel draws as an axis.
-LIVE_ONLY = {"/scene/transforms", "/scene/entities"}
 
 
 def _leaves(node):
@@ -86,7 +83,7 @@ def test_layout_panels_are_lichtblick_panels():
 def ran(rclpy_context, node_factory, tmp_path_factory):
     """Robot, action model and agent up, and one agent run finished: everything a viewer
     or recorder started now has missed. Yields the run's events as a subscriber that was
-    there from the start got them."""
+    there from the start got them, and the robot's base frame."""
     from rpent_contract.client import ActionClient
     from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
 
@@ -97,11 +94,12 @@ def ran(rclpy_context, node_factory, tmp_path_factory):
     plan = tmp / "plan.yaml"
     plan.write_text("- tool: gripper\n  args: {action: open}\n"
                     "- tool: gripper\n  args: {action: close}\n"
+                    "- tool: get_object_poses\n"
                     "- tool: finish\n  args: {status: success, summary: done}\n")
     node_factory("rpent_env_sim", "libero_node", {}, name="dash_robot")
     node_factory("rpent_am", "am_node", {"backend": "scripted"}, name="action_model")
     robot = RobotClient()
-    robot.wait_ready(180)
+    info = robot.wait_ready(180)
     agent = node_factory("rpent_agent", "agent_node",
                          {"planner": "scripted", "plan_file": str(plan), "video": False,
                           "output_dir": str(tmp / "runs")}, name="agent",
@@ -118,10 +116,10 @@ def ran(rclpy_context, node_factory, tmp_path_factory):
                              10, "goal")
         assert handle.accepted
         result = wait_future(handle.get_result_async(), 120, "run_task result").result
-        assert result.summary == "done" and result.turns == 3, result
+        assert result.summary == "done" and result.turns == 4, result
         wait_until(lambda: any(e.kind == AgentEvent.KIND_FINISH for e in events), 30,
                    what="the agent's finish event")
-        yield [_summary(e) for e in events]
+        yield [_summary(e) for e in events], info.base_frame
     finally:
         action.destroy()
         robot.close()
@@ -140,18 +138,18 @@ def _check_log(lines, events):
 def test_late_viewer_gets_task_status_whole_agent_log_and_every_layout_channel(ran, node_factory):
     """The bridge and two viewers start after the run, the robot idle: both viewers get the
     current task status and every agent event and log line once, in order."""
-    events = ran
+    events, _ = ran
     bridge = node_factory("rpent_foxglove", "bridge", {"port": 0, "stats_period": 0.0},
                           name="dash_bridge", params_file=CONFIG / "foxglove_bridge.yaml")
     port = wait_until(lambda: (m := re.search(r"ws://127\.0\.0\.1:(\d+)", bridge.log_tail(200)))
                       and int(m.group(1)), 60, what="the bridge to listen")
     url = f"ws://127.0.0.1:{port}"
-    latched = ["/task_status", "/agent/events", "/agent/log"]
+    latched = ["/task_status", "/agent/events", "/agent/log", "/agent/markers"]
 
     def complete(messages):
         topics = [m.topic for m in messages]
         return (topics.count("/task_status") >= 1 and topics.count("/agent/events") >= len(events)
-                and topics.count("/agent/log") >= len(events))
+                and topics.count("/agent/log") >= len(events) and "/agent/markers" in topics)
 
     async def scenario():
         async with FoxgloveClient(url) as first:
@@ -177,6 +175,8 @@ def test_late_viewer_gets_task_status_whole_agent_log_and_every_layout_channel(r
         assert status.instruction, "the current task, though the robot is idle"
         assert [_summary(e) for e in by_topic["/agent/events"]] == events
         _check_log([m.msg for m in by_topic["/agent/log"]], events)
+        (markers,) = by_topic["/agent/markers"]
+        assert {"alphabet_soup_1", "basket_1"} <= {m.text for m in markers.markers}
     assert not [m for m in again if m.topic in latched], "history sent twice to a viewer"
     assert bridge.alive(), bridge.log_tail()
 
@@ -191,10 +191,10 @@ def test_late_recorder_bag_has_the_whole_agent_log_and_what_the_layout_shows(ran
 
     from rpent_interfaces.msg import AgentEvent
 
-    events = ran
+    events, base_frame = ran
     bag = tmp_path / "bag"
     recorder = node_factory("rpent_bag", "recorder", {"bag_path": str(bag)}, name="dash_recorder")
-    wanted = layout_topics() - LIVE_ONLY
+    wanted = layout_topics()
     for topic in sorted(wanted | {"/agent/events"}):
         wait_until(lambda: f"recording {topic} [" in recorder.log_tail(200), 90,
                    what=f"the recorder to subscribe {topic}")
@@ -220,5 +220,10 @@ def test_late_recorder_bag_has_the_whole_agent_log_and_what_the_layout_shows(ran
         assert wanted <= recorded, f"the bag lacks {sorted(wanted - recorded)}"
         log = [d.msg for _, _, _, d in reader.iter_decoded_messages(topics=["/agent/log"])]
         evs = [d for _, _, _, d in reader.iter_decoded_messages(topics=["/agent/events"])]
+        markers = [d for _, _, _, d in reader.iter_decoded_messages(topics=["/agent/markers"])]
     assert [_summary(e) for e in evs] == events, "a recorder started late missed events"
     _check_log(log, events)
+    # The 3D scene is in the bag: the objects the agent asked for, labelled, in the base frame.
+    labels = {m.text for m in markers[-1].markers if m.text}
+    assert {"alphabet_soup_1", "basket_1"} <= labels, labels
+    assert {m.header.frame_id for m in markers[-1].markers} == {base_frame}

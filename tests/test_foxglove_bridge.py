@@ -70,7 +70,7 @@ def test_client_sees_schemas_and_decodes_image_jpeg_and_agent_event(robot_and_br
     async def scenario():
         async with FoxgloveClient(url) as client:
             want = ["/camera/agentview/image_raw", "/camera/robot0_eye_in_hand/image_raw/compressed",
-                    "/agent/events", "/agent/log", "/scene/transforms", "/joint_states"]
+                    "/agent/events", "/agent/log", "/joint_states"]
             await client.wait_for_topics(want, 90)
             topics = {c["topic"] for c in client.channels.values()}
             assert not any("camera_info" in t for t in topics), "camera_info is not on the allow-list"

@@ -32,8 +32,10 @@ from rpent_contract.serving import action_server
 from rcl_interfaces.msg import Log
 from rpent_interfaces.action import RunTask
 from rpent_interfaces.msg import AgentEvent, TaskStatus
+from visualization_msgs.msg import MarkerArray
 
 from . import agentlog
+from .markers import SceneMarkers
 from .memory import MemoryDir
 from .observer import RobotObserver
 from .planners import PLANNERS, choose
@@ -177,6 +179,11 @@ class AgentNode(Node):
         self._events = self.create_publisher(AgentEvent, "~/events", history)
         # The same events as readable lines, for viewers' log panels and bags.
         self._log = self.create_publisher(Log, "~/log", history)
+        # The 3D scene of the run (target, found objects): each message is the whole scene.
+        self._scene = SceneMarkers(self.info.base_frame)
+        self._markers = self.create_publisher(MarkerArray, "~/markers", rclpy.qos.QoSProfile(
+            depth=1, reliability=rclpy.qos.ReliabilityPolicy.RELIABLE,
+            durability=rclpy.qos.DurabilityPolicy.TRANSIENT_LOCAL))
         self._server = action_server(
             self, RunTask, "~/run_task", execute_callback=self._execute,
             goal_callback=self._on_goal, cancel_callback=self._on_cancel,
@@ -319,12 +326,13 @@ class AgentNode(Node):
         last = {"tool": ""}
 
         def listener(kind, tool_name="", arguments=None, text="", ok=True, duration=0.0,
-                     **extra):
+                     data=None, **extra):
             args_json = json.dumps(arguments) if arguments is not None else ""
             transcript.event(kind=kind, turn=run.turns, tool=tool_name, arguments=arguments,
                              text=text, ok=ok, duration=round(duration, 4), **extra)
             if kind == "tool_call":
                 last["tool"] = tool_name
+            self._draw(kind, tool_name, arguments, data)
             if kind == "turn":
                 feedback(run.turns, last["tool"], text)
             elif kind in EVENT_KIND:
@@ -335,6 +343,7 @@ class AgentNode(Node):
                            else run_dir / "memory")
         toolkit = self._new_toolkit(run, memory, listener, run_dir)
         self.get_logger().info(f"run {run_id}: '{instruction}' ({run_dir})")
+        self._markers.publish(self._scene.clear(self.get_clock().now().to_msg()))
         self._toolkit = toolkit
         if self._interrupted:  # the signal came while the run was being set up
             toolkit.cancel(f"interrupted by {self._interrupted}", INTERRUPT_STOP_TIMEOUT)
@@ -394,6 +403,18 @@ class AgentNode(Node):
         self.get_logger().info(f"run {run_id} ended: {status} ({summary}); task success "
                                f"{task_success}; {run.turns} turns")
         return result
+
+    def _draw(self, kind, tool_name, arguments, data) -> None:
+        stamp = self.get_clock().now().to_msg()
+        markers = None
+        if kind == "tool_call" and tool_name == "move_to":
+            markers = self._scene.update_target(stamp, arguments)
+        elif kind == "tool_result" and data and tool_name == "locate":
+            markers = self._scene.update_located(stamp, data["objects"])
+        elif kind == "tool_result" and data and tool_name == "get_object_poses":
+            markers = self._scene.update_known(stamp, data["poses"])
+        if markers is not None:
+            self._markers.publish(markers)
 
     def _publish(self, run_id, turn, kind, tool_name, args_json, text, ok, duration):
         msg = AgentEvent(run_id=run_id, turn=turn, kind=EVENT_KIND[kind], tool_name=tool_name,

@@ -333,7 +333,7 @@ class Toolkit:
                     result.images = self._camera_pngs()
         duration = time.monotonic() - start
         self.listener(kind="tool_result", tool_name=name, text=result.text, ok=result.ok,
-                      duration=duration, images=len(result.images))
+                      duration=duration, images=len(result.images), data=result.data)
         return result
 
     def _refusal(self, name: str, tool: Optional[Tool]) -> Optional[ToolResult]:

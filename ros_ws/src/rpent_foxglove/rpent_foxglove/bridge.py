@@ -270,7 +270,6 @@ class _Route:
     transform: Optional[Callable[[bytes], bytes]]
     latched: Optional[LatchedChannel] = None
     stats: TopicStats = field(default_factory=TopicStats)
-    derived: list = field(default_factory=list)   # callables(stamp_ns, data) on the sender
 
 
 class FoxgloveBridge:
@@ -325,13 +324,6 @@ class FoxgloveBridge:
         with self._lock:
             self._routes[topic] = _Route(channel, RateLimiter(max_hz), transform, latched)
 
-    def add_derived(self, topic: str, handler: Callable[[int, bytes], None],
-                    wanted: Callable[[], bool]) -> None:
-        """Also run ``handler(stamp_ns, data)`` (on the sender thread) for ``topic``'s
-        messages while ``wanted()``; the topic must have been added."""
-        with self._lock:
-            self._routes[topic].derived.append((handler, wanted))
-
     def add_service(self, name: str, type_name: str, request_schema: dict,
                     response_schema: dict, handler: Callable[[bytes], bytes]) -> None:
         """Offer service ``name``: ``handler(JSON request) -> JSON response`` runs on the
@@ -357,9 +349,7 @@ class FoxgloveBridge:
             return
         route.stats.received += 1
         # A latched topic's history must be complete for whoever subscribes later.
-        wanted = (route.latched is not None or route.channel.has_sinks()
-                  or any(w() for _, w in route.derived))
-        if not wanted:
+        if route.latched is None and not route.channel.has_sinks():
             route.stats.no_subscriber += 1
             return
         if not route.limiter.allow(time.monotonic()):
@@ -381,9 +371,6 @@ class FoxgloveBridge:
                     payload = route.transform(data) if route.transform else data
                     (route.latched or route.channel).log(payload, log_time=stamp)
                     route.stats.sent += sinks
-                for handler, wanted in route.derived:
-                    if wanted():
-                        handler(stamp, data)
             except Exception:  # one undecodable message must not stop the bridge
                 route.stats.errors += 1
             self.send_latency_s.append(time.monotonic() - queued_at)

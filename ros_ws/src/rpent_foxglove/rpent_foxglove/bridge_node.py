@@ -1,6 +1,7 @@
 """Foxglove bridge node: the robot contract, action-model chunks and the agent's events and
-log on a Foxglove WebSocket (Foxglove SDK server), plus a 3D scene and the operator's
-answer service for a viewer's Call Service panel.
+log and 3D markers on a Foxglove WebSocket (Foxglove SDK server), plus the operator's
+answer service for a viewer's Call Service panel. Everything it sends is a ROS topic, so a
+bag of the same topics shows what the live view shows.
 
     ros2 run rpent_foxglove bridge --ros-args --params-file config/foxglove_bridge.yaml
 
@@ -22,14 +23,12 @@ import sys
 from rclpy.node import Node
 from rclpy.serialization import deserialize_message, serialize_message
 
-from foxglove.channels import FrameTransformsChannel, SceneUpdateChannel
 from rpent_bag import definitions, graph
 from rpent_bag.record_node import DEFAULT_TOPICS
 from rpent_contract.client import wait_future
 from rpent_contract.node_main import run_node
 from rpent_contract.images import image_to_numpy, rgb_to_compressed, to_rgb
 from rpent_contract.params import ParameterError, declare, non_negative, positive
-from rpent_foxglove import scene
 from rpent_foxglove.bridge import ASSET_PACKAGE, FoxgloveBridge
 from rpent_foxglove.json_message import from_json, json_schema, to_json
 
@@ -85,11 +84,6 @@ class BridgeNode(Node):
         self._latched_history = d(
             "latched_history", 1000, "Messages of each latched topic (task_status, "
             "agent/events, agent/log) kept for viewers that connect later", positive)
-        self._ee_frame = d("ee_frame", "ee_link", "Frame name of the end effector in the 3D view",
-                           lambda v: None if v else "must not be empty")
-        ee_topic = d("ee_pose_topic", "ee_pose", "PoseStamped of the end effector (3D scene)")
-        events_topic = d("agent_events_topic", "agent/events",
-                         "AgentEvent topic (the last commanded target in the 3D scene)")
         period = d("discovery_period", 0.5, "s between looks for new allowed topics", positive)
         stats_period = d("stats_period", 10.0, "s between statistics lines; 0 = never",
                          non_negative)
@@ -102,8 +96,6 @@ class BridgeNode(Node):
             for item in (x for x in limits if x):
                 pattern, _, hz = item.rpartition(":")
                 self._limits.append((graph.resolve_patterns(self, [pattern])[0], float(hz)))
-            self._ee_topic, self._events_topic, ns_tf, ns_scene = graph.resolve_patterns(
-                self, [ee_topic, events_topic, "scene/transforms", "scene/entities"])
         except ParameterError:
             raise
         except Exception as err:  # rclpy's own exception types for invalid names
@@ -115,9 +107,6 @@ class BridgeNode(Node):
         except Exception as err:
             raise ParameterError(f"cannot listen on {host}:{port} ({err}); pick another 'port' "
                                  f"or stop the program using it") from None
-        ctx = self.bridge.context
-        self._tf = FrameTransformsChannel(ns_tf, context=ctx)
-        self._scene = SceneUpdateChannel(ns_scene, context=ctx)
         self._subs = {}
         self._offered = {}
         self.create_timer(period, self._discover)
@@ -161,11 +150,6 @@ class BridgeNode(Node):
                 self.get_logger().error(f"not bridging {topic}: {err}")
                 self._subs[topic] = None
                 continue
-            if topic == self._ee_topic:
-                self.bridge.add_derived(topic, self._on_ee_pose,
-                                        lambda: self._tf.has_sinks() or self._scene.has_sinks())
-            if topic == self._events_topic:
-                self.bridge.add_derived(topic, self._on_agent_event, self._scene.has_sinks)
             self._subs[topic] = self.create_subscription(
                 cls, topic, lambda data, t=topic: self.bridge.on_message(
                     t, self.get_clock().now().nanoseconds, data), qos, raw=True)
@@ -223,28 +207,6 @@ class BridgeNode(Node):
 
         urdf = deserialize_message(data, String).data
         return serialize_message(String(data=self.bridge.assets.rewrite(urdf, topic)))
-
-    def _on_ee_pose(self, stamp: int, data: bytes) -> None:
-        from geometry_msgs.msg import PoseStamped
-
-        msg = deserialize_message(data, PoseStamped)
-        p, q = msg.pose.position, msg.pose.orientation
-        pos, quat = (p.x, p.y, p.z), (q.x, q.y, q.z, q.w)
-        self._tf.log(scene.ee_transform(stamp, msg.header.frame_id, self._ee_frame, pos, quat),
-                     log_time=stamp)
-        self._scene.log(scene.ee_entity(stamp, msg.header.frame_id, pos, quat), log_time=stamp)
-        self._base_frame = msg.header.frame_id
-
-    def _on_agent_event(self, stamp: int, data: bytes) -> None:
-        from rpent_interfaces.msg import AgentEvent
-
-        ev = deserialize_message(data, AgentEvent)
-        target = scene.target_from_tool_call(ev.arguments_json) \
-            if ev.kind == AgentEvent.KIND_TOOL_CALL else None
-        if target:
-            frame = ev.header.frame_id or getattr(self, "_base_frame", "base_link")
-            self._scene.log(scene.target_entity(stamp, frame, target[0], target[1],
-                                                f"{ev.tool_name} target"), log_time=stamp)
 
     def _report(self) -> None:
         parts = [f"{t}: {s.sent} sent, {s.rate_limited} rate-limited, {s.errors} errors"

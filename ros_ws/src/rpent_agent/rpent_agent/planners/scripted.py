@@ -1,8 +1,9 @@
 """The offline planner: no LLM. Follows a plan file (a list of tool calls) or, without
-one, the pick-and-place heuristic: find the two objects the instruction names (among the
-simulator's objects, or with the perception tools where object poses are withheld), run
-the shared pick-and-place plan through the tools, then read the verdict (the simulator's,
-or the operator's where the robot gives none)."""
+one, the pick-and-place heuristic: let the action model try first where there is one, and
+whether it stops short or fails (refused chunks, a model that goes away), find the two
+objects the instruction names (among the simulator's objects, or with the perception tools
+where object poses are withheld), run the shared pick-and-place plan through the tools,
+then read the verdict (the simulator's, or the operator's where the robot gives none)."""
 from __future__ import annotations
 
 import json
@@ -51,7 +52,7 @@ class ScriptedPlanner:
         self.plan = load_plan(plan_file) if plan_file else None
         self.success_wait = success_wait
 
-    def _step(self, toolkit, tool: str, args: dict):
+    def _step(self, toolkit, tool: str, args: dict, must_succeed: bool = True):
         run = toolkit.run
         if run.turns >= run.max_turns:
             run.end("max_turns", f"used all {run.max_turns} turns without finishing")
@@ -61,7 +62,7 @@ class ScriptedPlanner:
         result = toolkit.call(tool, args)
         if run.finished is not None or run.cancel.is_set():
             raise PlanStepFailed(tool)
-        if not result.ok:
+        if not result.ok and must_succeed:
             run.end("failure", f"step {run.turns} ({tool}) failed: {result.text}")
             raise PlanStepFailed(tool)
         return result
@@ -88,11 +89,15 @@ class ScriptedPlanner:
         if "run_policy" in toolkit.tools:
             # An action model is the first thing to try; the heuristic is the fallback.
             policy = self._step(toolkit, "run_policy", {"instruction": run.instruction,
-                                                        "max_chunks": POLICY_CHUNKS})
-            if policy.data["task_success"]:
+                                                        "max_chunks": POLICY_CHUNKS},
+                                must_succeed=False)
+            if policy.data.get("task_success"):
                 self._step(toolkit, "finish", {"status": "success", "summary":
                            "the action model carried out the task; the task reports success"})
                 return
+            if not policy.ok:
+                # The heuristic's grasp starts from an open hand, whatever the policy left.
+                self._step(toolkit, "gripper", {"action": "open"})
             start = self._step(toolkit, "observe", {})
         try:
             obj, target, obj_position, target_position = self._find(toolkit)
