@@ -27,7 +27,7 @@ from pydantic_ai.messages import ModelResponse, TextPart, ToolCallPart
 from pydantic_ai.models.function import FunctionModel
 from rclpy.parameter import Parameter
 
-from rpent_contract.processes import NodeProcess, isolate_ros_graph
+from rpent_contract.processes import NodeProcess, free_port, isolate_ros_graph
 
 
 def stats(ms) -> str:
@@ -92,7 +92,6 @@ def measure_provider(node, calls: int, provider: str) -> np.ndarray:
 def measure_cli(node, calls: int, planner_name: str, tmp: str) -> np.ndarray:
     """The same run with an agent CLI deciding (its HTTP and MCP round trips included)."""
     import os
-    import socket
 
     from rpent_agent.provider_wire import AnthropicServer, OpenAIResponsesServer, Reply
     from rpent_agent.toolkit import RunState
@@ -108,9 +107,7 @@ def measure_cli(node, calls: int, planner_name: str, tmp: str) -> np.ndarray:
                                                    "summary": "benchmark"})])
         return Reply("Done.")  # Codex's closing reply
 
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()
     node.images = True
     if planner_name == "claude_code":
         from rpent_agent.planners.claude_code import ClaudeCodePlanner as planner_class

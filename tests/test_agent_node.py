@@ -6,7 +6,6 @@ import asyncio
 import json
 import os
 import signal
-import socket
 import time
 from pathlib import Path
 
@@ -16,17 +15,11 @@ from action_msgs.msg import GoalStatus
 from mcp import Client, types
 
 from rpent_contract.client import ActionClient, RobotClient, wait_future
-from rpent_contract.processes import wait_until
+from rpent_contract.processes import free_port, wait_until
 from rpent_interfaces.action import RunTask
 from rpent_interfaces.msg import AgentEvent, RobotState
 
 SOUP = "pick the alphabet soup and place it in the basket"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture(scope="module")

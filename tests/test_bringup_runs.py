@@ -4,7 +4,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -12,6 +11,8 @@ import time
 from pathlib import Path
 
 import pytest
+
+from rpent_contract.processes import free_port
 
 pytestmark = pytest.mark.slow
 
@@ -33,9 +34,7 @@ def finish(proc: subprocess.Popen, timeout: float) -> str:
 
 def test_starter_runs_a_libero_task_to_native_success(tmp_path):
     run_dir = tmp_path / "run"
-    with socket.socket() as s:  # a free port for the dashboard
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()  # for the dashboard
     proc = start("libero_sim", f"run_dir:={run_dir}", "record:=true", "dashboard:=true",
                  f"dashboard_port:={port}")
     out = finish(proc, 400)
@@ -85,21 +84,22 @@ def _alive(pid: int) -> bool:
         return False
 
 
-def _started_and_recording(proc: subprocess.Popen, timeout: float) -> list[str]:
-    """Wait until the recorder records robot_state; return the run's output lines, which
-    a thread keeps reading (a starter whose output is not read blocks)."""
-    seen, recording = [], threading.Event()
+def _follow(proc: subprocess.Popen, marker: str, timeout: float):
+    """Wait until a line of the run's output holds ``marker``; return the output lines so far
+    and the thread that keeps reading them (a starter whose output is not read blocks)."""
+    seen, found = [], threading.Event()
 
     def read():
         for line in proc.stdout:
             seen.append(line)
-            if "recording /robot_state" in line:
-                recording.set()
-    threading.Thread(target=read, daemon=True).start()
-    if not recording.wait(timeout):
+            if marker in line:
+                found.set()
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    if not found.wait(timeout):
         os.killpg(proc.pid, signal.SIGKILL)
-        pytest.fail("the run did not start recording:\n" + "".join(seen)[-4000:])
-    return seen
+        pytest.fail(f"no '{marker}' in the run's output:\n" + "".join(seen)[-4000:])
+    return seen, reader
 
 
 @pytest.mark.parametrize("how", ["SIGHUP", "SIGKILL"])
@@ -109,7 +109,7 @@ def test_nodes_never_outlive_the_starter(tmp_path, how):
     closed."""
     run_dir = tmp_path / "run"
     proc = start("libero_sim", f"run_dir:={run_dir}", "record:=true")
-    out = _started_and_recording(proc, 300)
+    out, _ = _follow(proc, "recording /robot_state", 300)
     nodes = _children(proc.pid)
     assert len(nodes) == 4, nodes   # robot, model, agent, recorder
     os.kill(proc.pid, getattr(signal, how))   # the starter alone, as a hang-up reaches it
@@ -123,3 +123,21 @@ def test_nodes_never_outlive_the_starter(tmp_path, how):
         os.kill(p, signal.SIGKILL)
     assert not orphans, f"{len(orphans)} node(s) outlived the starter"
     assert (run_dir / "bag" / "metadata.yaml").exists(), "the bag was not closed"
+
+
+def test_ctrl_c_mid_run_stops_every_node_and_keeps_the_runs_files(tmp_path):
+    """Ctrl-C reaches every node at once, so the agent's robot and model go while it cancels
+    its run: it must still end the run and write its files before the starter (or launch,
+    which escalates to SIGTERM after 5 s and SIGKILL 10 s later) gives up on it."""
+    run_dir = tmp_path / "run"
+    proc = start("libero_sim", f"run_dir:={run_dir}")
+    out, reader = _follow(proc, "[agent]: run ", 300)
+    os.kill(proc.pid, signal.SIGINT)
+    code = proc.wait(60)
+    reader.join(10)
+    text = "".join(out)
+    assert code == 128 + signal.SIGINT, text[-4000:]
+    assert "did not stop" not in text, text[-4000:]
+    result = json.loads((run_dir / "result.json").read_text())
+    assert result["status"] == "canceled", result
+    assert (run_dir / "transcript.json").exists() and (run_dir / "episode.mp4").exists()

@@ -41,3 +41,15 @@ def test_ctrl_c_mid_chunk_and_mid_stream_ends_both_nodes_at_once(rclpy_context, 
     for proc in (robot_proc, model_proc):
         log = proc.log_path.read_text()
         assert "Traceback" not in log and "RCLError" not in log, log[-3000:]
+
+
+def test_ctrl_c_while_the_agent_waits_for_its_robot_exits_130(rclpy_context, node_factory):
+    """A bring-up stopped before its robot came up (a robot node that failed): the agent,
+    still waiting for it, exits as a signal-ended process does, not by aborting."""
+    agent = node_factory("rpent_agent", "agent_node", {"robot_namespace": "nobody_here"},
+                         name="shutdown_waiting_agent")
+    wait_until(lambda: "no usable LLM" in agent.log_tail(), 60,
+               what="the agent to start waiting for its robot")
+    code = agent.stop(timeout=15)
+    log = agent.log_path.read_text()
+    assert code == 130 and "terminate called" not in log, (code, log[-3000:])

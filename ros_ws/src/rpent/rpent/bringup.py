@@ -37,6 +37,15 @@ class NodeSpec:
     # A plain process instead of a node executable (``ros2 bag record``).
     command: Optional[list] = None
 
+    def exit_outcome(self, returncode: int) -> tuple:
+        """What this node exiting means for the run: (the run's exit code, why it ends).
+        The agent's code is the run's; any other node leaving ends the run as a failure."""
+        if self.required:
+            return returncode, (f"{self.name} finished" if returncode == 0 else
+                                f"{self.name} exited with code {returncode}")
+        return returncode or 1, (f"{self.name} exited with code {returncode}; its output "
+                                 "above says why")
+
     def argv(self) -> list:
         """The command line that starts this node, as a launch file would run it."""
         if self.command:

@@ -8,23 +8,42 @@ from __future__ import annotations
 from .bringup import BRINGUPS, NodeSpec
 
 
+class RunFailed(RuntimeError):
+    """Raised from a node's exit handler: launch then stops every node and exits 1, its
+    only way to report a failed run."""
+
+
+def on_node_exit(spec: NodeSpec):
+    """The run ends with the agent, or when any other node dies (a robot node that cannot
+    start), as under rpent.start; ``ros2 launch`` exits 0 only if the agent succeeded."""
+    def handle(event, context):
+        from launch.actions import Shutdown
+
+        code, why = spec.exit_outcome(event.returncode)
+        if context.is_shutdown:
+            # The run is already ending: only the agent's own status still counts.
+            if spec.required and code != 0:
+                raise RunFailed(why)
+            return None
+        if code != 0:
+            raise RunFailed(why)
+        return [Shutdown(reason=why)]
+    return handle
+
+
 def launch_node(spec: NodeSpec):
-    from launch.actions import ExecuteProcess, Shutdown
+    from launch.actions import ExecuteProcess
     from launch_ros.actions import Node
 
     if spec.command:
         return ExecuteProcess(cmd=spec.command, name=spec.name, output="screen",
-                              sigterm_timeout="30")
+                              sigterm_timeout="30", on_exit=on_node_exit(spec))
     return Node(
         package=spec.package, executable=spec.executable, name=spec.name,
         namespace=spec.namespace or None,
         parameters=[*spec.params_files, spec.parameters],
         remappings=list(spec.remappings.items()),
-        output="screen", emulate_tty=True,
-        # The run ends with the agent, or when any other node dies (a robot node that
-        # cannot start), as it does under rpent.start.
-        on_exit=Shutdown(reason=f"{spec.name} finished" if spec.required else
-                         f"{spec.name} exited; its output above says why"),
+        output="screen", emulate_tty=True, on_exit=on_node_exit(spec),
     )
 
 

@@ -87,12 +87,9 @@ def run(bringup: str, given: dict) -> int:
                 rc = r.proc.poll()
                 if rc is None:
                     continue
-                if r.spec.required:
-                    code = rc
-                else:
-                    say(f"[rpent.start] {r.label} exited with code {rc}; stopping the run "
-                        f"(its output above says why)")
-                    code = rc or 1
+                code, why = r.spec.exit_outcome(rc)
+                if not r.spec.required:
+                    say(f"[rpent.start] {why}; stopping the run")
                 break
             if not required and all(r.proc.poll() is not None for r in started):
                 code = 0

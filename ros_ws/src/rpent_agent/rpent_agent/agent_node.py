@@ -167,7 +167,7 @@ class AgentNode(Node):
                 f"{err}. Start the robot node (and the action model and perception node, if "
                 "action_model / perception are set) first, and check robot_namespace "
                 f"('{self.robot_namespace}') and ROS_DOMAIN_ID") from None
-        except Exception:
+        except BaseException:  # a signal during start-up too: the client's thread must stop
             self.robot.close()
             raise
         # Latched, with room for a whole run (a turn is a reasoning event and a call and a

@@ -395,7 +395,9 @@ class Toolkit:
         except (MemoryRefused, ValueError) as err:
             return ToolResult(f"{tool.name} refused: {err}", ok=False)
         except ContractTimeout as err:
-            stopped = self._stop_robot()
+            # A canceled run has already told the robot to stop, within its caller's time.
+            stopped = ("The run was canceled and the robot told to stop."
+                       if self.run.cancel.is_set() else self._stop_robot())
             return ToolResult(f"{tool.name} timed out: {err}. {stopped}", ok=False)
         except Exception as err:  # noqa: BLE001 - a dead peer or broken driver is reported
             return ToolResult(f"{tool.name} failed: {type(err).__name__}: {err}. Check the robot "

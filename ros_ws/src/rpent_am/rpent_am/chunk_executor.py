@@ -134,7 +134,9 @@ class ChunkExecutor:
         finally:
             lost = state["model_lost"] is not None
             if not stream.result_future.done():
-                if lost:  # nobody would answer the cancel
+                # Nobody would answer a lost model's cancel; a canceled run (its process
+                # may be stopping with the model's) must not wait for the answer.
+                if lost or self._cancel.is_set():
                     stream.handle.cancel_goal_async()
                 else:
                     stream.cancel()
@@ -142,7 +144,10 @@ class ChunkExecutor:
                 self.model.forget_probe(state["probe"][0])
             running = state["running"]
             if running is not None and not running.result_future.done():
-                running.run.cancel()
+                if self._cancel.is_set():  # the caller stops the robot itself
+                    running.run.handle.cancel_goal_async()
+                else:
+                    running.run.cancel()
             if own_session and not lost:
                 self.model.release(client_id)
         report.steps_executed = len(stamps)

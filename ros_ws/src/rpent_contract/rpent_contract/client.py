@@ -241,8 +241,6 @@ class RobotClient:
             context=context, use_global_arguments=False)
         self._executor = MultiThreadedExecutor(num_threads=2, context=context)
         self._executor.add_node(self.node)
-        self._spin = threading.Thread(target=self._executor.spin, daemon=True)
-        self._spin.start()
         n = self.node
         self._actions = {
             "execute_chunk": ActionClient(n, ExecuteChunk, "execute_chunk"),
@@ -257,6 +255,10 @@ class RobotClient:
         self._stop = n.create_client(Trigger, "stop")
         self._poses = n.create_client(GetObjectPoses, OBJECT_POSES_SERVICE)
         self._segment = n.create_client(Segment, SEGMENT_SERVICE)
+        # Last: a signal that interrupts the constructor leaves no spinning thread behind,
+        # which would abort the process when the interpreter exits.
+        self._spin = threading.Thread(target=self._executor.spin, daemon=True)
+        self._spin.start()
 
     # --- life cycle ----------------------------------------------------------------------
     def wait_ready(self, timeout: float) -> GetRobotInfo.Response:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import random
 import signal
+import socket
 import subprocess
 import time
 from pathlib import Path
@@ -139,3 +140,11 @@ def wait_until(predicate, timeout: float, interval: float = 0.05, what: str = "c
             return value
         time.sleep(interval)
     raise TimeoutError(f"{what} not met within {timeout:g} s")
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A TCP port nothing listens on now, for a server a test or benchmark starts next
+    (another process may take it in between; servers that can, bind port 0 instead)."""
+    with socket.socket() as s:
+        s.bind((host, 0))
+        return s.getsockname()[1]

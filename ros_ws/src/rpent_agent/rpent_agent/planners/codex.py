@@ -118,11 +118,14 @@ class CodexPlanner(McpPlanner):
                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, cwd=workdir,
                     start_new_session=True, text=True)  # its own group: stopped whole
             process = self._process
-            process.stdin.write(f"Task: {run.instruction}\n")
-            process.stdin.close()
             stderr: list = []
             threading.Thread(target=lambda: stderr.extend(process.stderr.read().splitlines()),
                              daemon=True).start()
+            try:
+                process.stdin.write(f"Task: {run.instruction}\n")
+                process.stdin.close()
+            except BrokenPipeError:
+                pass  # Codex exited before reading its prompt; its stderr says why, below
             reader = threading.Thread(target=self._read_events, args=(process, toolkit, errors),
                                       daemon=True)
             reader.start()
