@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import ast
 import importlib.util
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -16,6 +18,21 @@ import pytest
 from rpent.bringup import BRINGUPS, describe
 
 LAUNCH = Path(__file__).resolve().parents[1] / "launch"
+needs_launch_ros = pytest.mark.skipif(
+    importlib.util.find_spec("launch_ros") is None,
+    reason="launch_ros is not installed (PyPI-wheel ROS); checked on Humble")
+# What `ros2 launch rpent FILE ARGS` does: a LaunchService, its return code the command's.
+RUN_LAUNCH = """
+import sys
+from launch import LaunchService
+from launch.actions import IncludeLaunchDescription
+from launch.launch_description_sources import PythonLaunchDescriptionSource
+args = [a.split(":=", 1) for a in sys.argv[2:]]
+service = LaunchService()
+service.include_launch_description(IncludeLaunchDescription(
+    PythonLaunchDescriptionSource(sys.argv[1]), launch_arguments=args))
+sys.exit(service.run())
+"""
 
 
 def _documented_arguments(path: Path) -> dict:
@@ -42,8 +59,7 @@ def test_every_launch_file_is_a_bringup():
         sorted(BRINGUPS)
 
 
-@pytest.mark.skipif(importlib.util.find_spec("launch_ros") is None,
-                    reason="launch_ros is not installed (PyPI-wheel ROS); checked on Humble")
+@needs_launch_ros
 @pytest.mark.parametrize("name", sorted(BRINGUPS))
 def test_launch_actions_match_the_description(name):
     from launch import LaunchContext
@@ -134,3 +150,18 @@ def test_driver_only_starts_the_robot_without_agent_or_model():
                                 "am_backend": "scripted", "dashboard": "true"})
         assert [n.name for n in nodes] == [name, "foxglove_bridge"]
         assert not any(n.required for n in nodes)
+
+
+@needs_launch_ros
+@pytest.mark.slow
+@pytest.mark.parametrize("arguments, code, why", [
+    ([], 0, "agent status   : success"),
+    (["max_turns:=1"], 1, "agent exited with code 1"),
+    (["suite:=no_such_suite"], 1, "libero_sim exited with code 2"),   # ends before the agent's
+])                                                                     # start-up timeout
+def test_ros2_launch_exits_with_the_runs_outcome(arguments, code, why, tmp_path):
+    proc = subprocess.run(
+        [sys.executable, "-c", RUN_LAUNCH, str(LAUNCH / "libero_sim.launch.py"),
+         f"run_dir:={tmp_path / 'run'}", *arguments],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=400)
+    assert proc.returncode == code and why in proc.stdout, proc.stdout[-4000:]
