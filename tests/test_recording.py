@@ -40,12 +40,20 @@ def test_libero_run_recording_survives_robot_crash_and_sigint(rclpy_context, nod
     events = node.create_publisher(AgentEvent, "agent/events", 10)
     log = node.create_publisher(Log, "agent/log", 10)   # what the agent publishes with each
     feedback = node.create_publisher(Predict.Impl.FeedbackMessage, "predict/_action/feedback", 10)
+    from builtin_interfaces.msg import Time
+    from visualization_msgs.msg import MarkerArray
+
+    from rpent_agent.markers import SceneMarkers
+    markers = node.create_publisher(MarkerArray, "agent/markers", 10)
     try:
         for topic in ("/robot_state", "/camera/agentview/image_raw", "/task_status",
-                      "/agent/events", "/agent/log", "/predict/_action/feedback"):
+                      "/agent/events", "/agent/log", "/agent/markers",
+                      "/predict/_action/feedback"):
             wait_until(lambda: f"recording {topic} [" in recorder.log_tail(100), 120,
                        what=f"the recorder to subscribe {topic}")
         time.sleep(1.0)  # let the subscriptions match the publishers
+        markers.publish(SceneMarkers("base_link").update_target(
+            Time(sec=1), {"x": 0.4, "y": 0.1, "z": 0.3, "rpy": [3.14, 0.0, 0.0]}))
         for i in range(10):
             event = AgentEvent(run_id="r", turn=i, kind=AgentEvent.KIND_REASONING,
                                text=f"thought {i}")
@@ -75,7 +83,8 @@ def test_libero_run_recording_survives_robot_crash_and_sigint(rclpy_context, nod
     expected = {"/joint_states", "/ee_pose", "/robot_state", "/task_status",
                 "/camera/agentview/image_raw", "/camera/agentview/camera_info",
                 "/camera/robot0_eye_in_hand/image_raw", "/camera/robot0_eye_in_hand/camera_info",
-                "/agent/events", "/agent/log", "/predict/_action/feedback", "/operator/requests"}
+                "/agent/events", "/agent/log", "/agent/markers", "/predict/_action/feedback",
+                "/operator/requests"}
     # Aligned depth is recorded with the images it belongs to (camera/*/... matches it).
     expected |= {f"/camera/{c}/depth/{t}" for c in ("agentview", "robot0_eye_in_hand")
                  for t in ("image_raw", "camera_info")}
@@ -88,6 +97,7 @@ def test_libero_run_recording_survives_robot_crash_and_sigint(rclpy_context, nod
     assert counts["/tf"] > 60, counts
     assert qos["/robot_description"][0]["durability"] == 1  # latched again on replay
     assert counts["/agent/events"] == counts["/agent/log"] == 10
+    assert counts["/agent/markers"] == 1
     assert counts["/predict/_action/feedback"] == 5
     assert counts["/task_status"] >= 1
     assert counts["/operator/requests"] >= 1  # latched: the robot's empty list at start-up
@@ -149,5 +159,8 @@ def test_libero_run_recording_survives_robot_crash_and_sigint(rclpy_context, nod
     assert [d.text for d in decoded["/agent/events"]] == [f"thought {i}" for i in range(10)]
     assert [d.msg for d in decoded["/agent/log"]] == \
         [f"[turn {i}] reasoning: thought {i}" for i in range(10)]
+    (scene,) = decoded["/agent/markers"]
+    assert [m.text for m in scene.markers] == ["", "", "move_to"]   # wipe, target, label
+    assert scene.markers[1].pose.position.x == 0.4
     img = decoded["/camera/agentview/image_raw"][0]
     assert (img.height, img.width, img.encoding) == (128, 128, "rgb8")
