@@ -181,6 +181,7 @@ class AgentNode(Node):
         self._log = self.create_publisher(Log, "~/log", history)
         # The 3D scene of the run (target, found objects): each message is the whole scene.
         self._scene = SceneMarkers(self.info.base_frame)
+        self._scene_lock = threading.Lock()  # tools may run on several threads (MCP)
         self._markers = self.create_publisher(MarkerArray, "~/markers", rclpy.qos.QoSProfile(
             depth=1, reliability=rclpy.qos.ReliabilityPolicy.RELIABLE,
             durability=rclpy.qos.DurabilityPolicy.TRANSIENT_LOCAL))
@@ -343,7 +344,8 @@ class AgentNode(Node):
                            else run_dir / "memory")
         toolkit = self._new_toolkit(run, memory, listener, run_dir)
         self.get_logger().info(f"run {run_id}: '{instruction}' ({run_dir})")
-        self._markers.publish(self._scene.clear(self.get_clock().now().to_msg()))
+        with self._scene_lock:
+            self._markers.publish(self._scene.clear(self.get_clock().now().to_msg()))
         self._toolkit = toolkit
         if self._interrupted:  # the signal came while the run was being set up
             toolkit.cancel(f"interrupted by {self._interrupted}", INTERRUPT_STOP_TIMEOUT)
@@ -406,15 +408,16 @@ class AgentNode(Node):
 
     def _draw(self, kind, tool_name, arguments, data) -> None:
         stamp = self.get_clock().now().to_msg()
-        markers = None
-        if kind == "tool_call" and tool_name == "move_to":
-            markers = self._scene.update_target(stamp, arguments)
-        elif kind == "tool_result" and data and tool_name == "locate":
-            markers = self._scene.update_located(stamp, data["objects"])
-        elif kind == "tool_result" and data and tool_name == "get_object_poses":
-            markers = self._scene.update_known(stamp, data["poses"])
-        if markers is not None:
-            self._markers.publish(markers)
+        with self._scene_lock:  # each message the whole scene, the newest published last
+            markers = None
+            if kind == "tool_call" and tool_name == "move_to":
+                markers = self._scene.update_target(stamp, arguments)
+            elif kind == "tool_result" and data and tool_name == "locate":
+                markers = self._scene.update_located(stamp, data["objects"])
+            elif kind == "tool_result" and data and tool_name == "get_object_poses":
+                markers = self._scene.update_known(stamp, data["poses"])
+            if markers is not None:
+                self._markers.publish(markers)
 
     def _publish(self, run_id, turn, kind, tool_name, args_json, text, ok, duration):
         msg = AgentEvent(run_id=run_id, turn=turn, kind=EVENT_KIND[kind], tool_name=tool_name,
