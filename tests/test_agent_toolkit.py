@@ -226,8 +226,10 @@ def test_scripted_planner_does_the_task_itself_when_the_policy_fails(robot, node
 
     client, info, observer, _ = robot
     client.reset()
-    am = node_factory("rpent_am", "am_node", {"backend": "scripted"}, name="agent_tk_dead_am")
-    model_client = ActionModelClient(client.node)
+    # A name of its own: the other tests' model node still serves under the default one.
+    am = node_factory("rpent_am", "am_node", {"backend": "scripted"}, name="agent_tk_dead_am",
+                      remaps={"__node": "doomed_model"})
+    model_client = ActionModelClient(client.node, "doomed_model")
     meta = model_client.connect(info, timeout=60)
     am.proc.send_signal(signal.SIGKILL)
     am.proc.wait(10)
