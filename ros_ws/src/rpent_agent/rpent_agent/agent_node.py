@@ -407,6 +407,8 @@ class AgentNode(Node):
         return result
 
     def _draw(self, kind, tool_name, arguments, data) -> None:
+        if tool_name not in ("move_to", "locate", "get_object_poses"):
+            return  # most events (turns, reasoning, other tools) draw nothing
         stamp = self.get_clock().now().to_msg()
         with self._scene_lock:  # each message the whole scene, the newest published last
             markers = None
