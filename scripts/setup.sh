@@ -85,10 +85,11 @@ else
   say "no ROS distro sourced: ROS 2 Jazzy core from PyPI wheels ($PY)"
 fi
 # A venv and build made for the other ROS (PyPI wheels vs a sourced distro) hold the wrong
-# Python and rclpy: start both afresh when switching.
+# Python and rclpy: start both afresh when switching, and when an old venv has no stamp.
 FLAVOR=${ROS_DISTRO:-jazzy-pypi-wheels}
-if [ -f "$STAMPS/flavor" ] && [ "$(cat "$STAMPS/flavor")" != "$FLAVOR" ]; then
-  say "switching from $(cat "$STAMPS/flavor") to $FLAVOR: new $VENV and a clean ros_ws build"
+OLD_FLAVOR=$(cat "$STAMPS/flavor" 2>/dev/null || echo "an unknown ROS")
+if [ -d "$VENV" ] && [ "$OLD_FLAVOR" != "$FLAVOR" ]; then
+  say "switching from $OLD_FLAVOR to $FLAVOR: new $VENV and a clean ros_ws build"
   rm -rf "$VENV" "$ROOT/ros_ws/build" "$ROOT/ros_ws/install" "$ROOT/ros_ws/log"
 fi
 if [ ! -x "$VENV/bin/python" ] || [ "$FORCE" = 1 ]; then
@@ -128,7 +129,9 @@ h=$(stage_hash "$ROOT/pyproject.toml" "$ROOT/scripts/requirements-nodeps.txt")
 # Extras already installed for these inputs: asking for fewer later installs nothing.
 have=$(cat "$STAMPS/extras" 2>/dev/null || true)
 wanted=$(printf '%s\n' ${EXTRAS//,/ } ${have//,/ } | sort -u | paste -sd, -)
-if stage_done python-deps "$h" && [ "$wanted" = "$have" ]; then
+# With a sourced distro the venv's own colcon is part of this stage (see below).
+if stage_done python-deps "$h" && [ "$wanted" = "$have" ] \
+    && { [ -z "${ROS_DISTRO:-}" ] || [ -x "$VENV/bin/colcon" ]; }; then
   say "Python dependencies up to date${have:+ (extras: $have)}"
 else
   stage_done python-deps "$h" || wanted=$(printf '%s\n' ${EXTRAS//,/ } | sort -u | paste -sd, -)
@@ -139,9 +142,6 @@ else
     # The distro's colcon runs /usr/bin/python3 and writes that into node scripts' shebangs,
     # which cannot see the venv's packages: build with a colcon of the venv's own.
     pip_install --ignore-installed "colcon-common-extensions==0.3.0" "setuptools>=71,<80"
-    # Humble's launch_testing pytest plugin, loaded by every pytest run, fails pytest 9
-    # at start-up (ros2/launch#979).
-    case ",$wanted," in *,test,*) [ "$ROS_DISTRO" != humble ] || pip_install "pytest==8.4.2" ;; esac
   fi
   stage_mark python-deps "$h"
   stage_mark extras "$wanted"

@@ -147,33 +147,43 @@ def at_rest(states, count=10):
 
 
 @pytest.mark.slow
-def test_finish_during_a_move_stops_the_move_and_says_so(robot, node_factory, tmp_path):
-    """An MCP client may call finish while its own move_to is still running: the run ends
-    with the arm stopped, and result.json says which motion was stopped."""
+@pytest.mark.parametrize("ending", ["finish", "max_turns"])
+def test_a_run_ending_during_a_move_stops_the_move_and_says_so(robot, node_factory, tmp_path,
+                                                               ending):
+    """An MCP client may call finish, or spend the last turn, while its own move_to is still
+    running: the run ends with the arm stopped, and result.json says which motion was
+    stopped."""
     client, states = robot
     port = free_port()
-    agent = Agent(node_factory, client, tmp_path, "agent_mcp_finish", planner="mcp",
-                  mcp_port=port, max_turns=10, video=False)
+    agent = Agent(node_factory, client, tmp_path, f"agent_mcp_{ending}", planner="mcp",
+                  mcp_port=port, max_turns=10 if ending == "finish" else 1, video=False)
     url = f"http://127.0.0.1:{port}/mcp"
     wait_until(lambda: states, 10, what="a robot state")
     target = far_target(client, states)
     handle = agent.send(SOUP)
+    last_call = (("finish", {"status": "failure", "summary": "gave up mid-move"})
+                 if ending == "finish" else ("observe", {}))
 
     async def drive():
         async with Client(url) as mover, Client(url) as finisher:
             move = asyncio.ensure_future(mover.call_tool("move_to", target))
             await asyncio.to_thread(wait_until, lambda: states[-1].active_goal == "move_to",
                                     30, what="the move starting")
-            done = await finisher.call_tool("finish", {"status": "failure",
-                                                       "summary": "gave up mid-move"})
+            done = await finisher.call_tool(*last_call)
             return done, await move
 
     done, moved = asyncio.run(asyncio.wait_for(drive(), 60))
     status, result = agent.result(handle, 30)
     wait_until(lambda: not states[-1].active_goal, 0.5, what="no goal active on the robot")
     at_rest(states)
-    assert not done.is_error and moved.is_error, (done, moved)
-    assert result.status == RunTask.Result.STATUS_FAILURE and result.summary == "gave up mid-move"
+    assert moved.is_error, moved
+    if ending == "finish":
+        assert not done.is_error, done
+        assert result.status == RunTask.Result.STATUS_FAILURE, result
+        assert result.summary == "gave up mid-move", result
+    else:
+        assert done.is_error and "turn budget is used up" in done.content[0].text, done
+        assert result.status == RunTask.Result.STATUS_MAX_TURNS, result
     written = json.loads((Path(result.run_dir) / "result.json").read_text())
     (cut,) = written["calls_at_end"]
     assert cut["tool"] == "move_to" and cut["ended_by"] == "stopped" and not cut["ok"], cut

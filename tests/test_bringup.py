@@ -110,6 +110,31 @@ def test_libero_sim_description():
     assert shared == {"libero_sim", "agent", "foxglove_bridge", "recorder"}
 
 
+def test_the_agents_exit_is_the_runs_and_any_other_node_leaving_fails_it():
+    """The rule both ``ros2 launch`` (launch_files.on_node_exit) and rpent.start apply when
+    a node exits: a user's shell and CI read the run's outcome from the exit code."""
+    nodes = {n.name: n for n in describe("libero_sim", {"run_dir": "/tmp/r", "record": "true",
+                                                        "dashboard": "true"})}
+    assert nodes["agent"].exit_outcome(0) == (0, "agent finished")
+    assert nodes["agent"].exit_outcome(1) == (1, "agent exited with code 1")
+    for name in ("libero_sim", "action_model", "recorder", "foxglove_bridge"):
+        for returncode in (0, 2, -9):
+            code, why = nodes[name].exit_outcome(returncode)
+            assert code != 0 and f"{name} exited with code {returncode}" in why, (name, why)
+
+
+def test_the_dashboard_and_the_mcp_server_listen_on_different_ports_by_default():
+    nodes = {n.name: n for n in describe("libero_sim", {"run_dir": "/tmp/r", "dashboard": "true",
+                                                        "planner": "mcp"})}
+    bridge, mcp = nodes["foxglove_bridge"].parameters["port"], nodes["agent"].parameters["mcp_port"]
+    assert bridge != mcp, (bridge, mcp)
+    moved = {n.name: n for n in describe("libero_sim", {"run_dir": "/tmp/r", "dashboard": "true",
+                                                        "dashboard_port": "9001",
+                                                        "planner": "mcp", "mcp_port": "9002"})}
+    assert moved["foxglove_bridge"].parameters["port"] == 9001
+    assert moved["agent"].parameters["mcp_port"] == 9002
+
+
 def test_real_arms_start_without_a_model_by_default():
     for name in ("franka", "so101"):
         nodes = describe(name, {"run_dir": "/tmp/r"})

@@ -4,6 +4,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -15,6 +16,7 @@ import pytest
 from rpent_contract.processes import free_port
 
 pytestmark = pytest.mark.slow
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def start(*args: str) -> subprocess.Popen:
@@ -41,19 +43,69 @@ def test_starter_runs_a_libero_task_to_native_success(tmp_path):
     assert proc.returncode == 0, out[-4000:]
     assert "task success   : yes (native)" in out
     assert f"Foxglove bridge listening on ws://127.0.0.1:{port}" in out, out[-4000:]
-    assert f"dashboard      : ws://127.0.0.1:{port}" in out
+    dashboard = next(line for line in out.splitlines() if "dashboard      :" in line)
+    assert f"ws://127.0.0.1:{port}" in dashboard, dashboard
+    layout = dashboard.split("with the layout ", 1)[1].rstrip(")")
+    assert Path(layout).is_absolute() and json.loads(Path(layout).read_text()), dashboard
     result = json.loads((run_dir / "result.json").read_text())
     assert result["status"] == "success" and result["task_success"], result
     assert result["success_source"] == "native", result
     assert (run_dir / "transcript.json").exists() and (run_dir / "episode.mp4").exists()
     assert (run_dir / "bag" / "metadata.yaml").exists(), "record:=true wrote no bag"
-    # Every node the description names was started, with its name as the output prefix.
+    # Every node the description names was started, with its name as the output prefix,
+    # and no two nodes share a name (rcl warns of a clash, and ros2 node list shows both).
     for prefix in ("[libero_sim]", "[action_model]", "[agent]", "[recorder]"):
         assert prefix in out
+    assert "already registered for node name" not in out, out[-4000:]
+
+
+def test_a_run_from_the_users_folder_exits_with_the_agents_code_and_keeps_its_files_there(
+        tmp_path):
+    """scripts/run.sh as typed from a user's own folder, with a run the agent fails (one turn
+    is too few): the shell sees the agent's exit code, the run folder is under the user's
+    folder, and every path the summary prints works from anywhere."""
+    proc = subprocess.Popen([str(ROOT / "scripts" / "run.sh"), "libero_sim", "max_turns:=1",
+                             "record:=true"], cwd=tmp_path, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True, stdin=subprocess.DEVNULL,
+                            start_new_session=True)
+    out = finish(proc, 400)
+    assert proc.returncode == 1, out[-4000:]
+    assert "agent status   : max_turns" in out, out[-4000:]
+    runs = list((tmp_path / "runs").iterdir())
+    assert len(runs) == 1, runs
+    result = json.loads((runs[0] / "result.json").read_text())
+    assert result["status"] == "max_turns" and not result["task_success"], result
+    watch = next(line for line in out.splitlines() if "watch it       :" in line)
+    replay, bag = watch.split(":", 1)[1].split()[:2]
+    assert Path(replay).is_absolute() and os.access(replay, os.X_OK), watch
+    assert Path(bag) == runs[0] / "bag" and (Path(bag) / "metadata.yaml").exists(), watch
+
+
+def test_a_robot_that_cannot_start_ends_the_run_at_once(tmp_path):
+    """Not after the agent's 120 s start-up timeout: the robot's exit is the run's."""
+    proc = start("libero_sim", "suite:=no_such_suite", f"run_dir:={tmp_path / 'run'}")
+    out = finish(proc, 90)
+    assert proc.returncode == 2, out[-4000:]
+    assert "[rpent.start] libero_sim exited with code 2; its output above says why" in out
+    assert "no_such_suite" in out, out[-4000:]
+
+
+def test_a_busy_dashboard_port_ends_the_run_with_the_reason(tmp_path):
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        proc = start("libero_sim", f"run_dir:={tmp_path / 'run'}", "dashboard:=true",
+                     f"dashboard_port:={port}")
+        out = finish(proc, 120)
+    assert proc.returncode != 0, out[-4000:]
+    assert f"cannot listen on 127.0.0.1:{port}" in out, out[-4000:]
+    assert "foxglove_bridge exited with code" in out, out[-4000:]
+    assert "dashboard      :" not in out, "the summary names a dashboard that never ran"
 
 
 def test_two_namespaced_runs_share_one_action_model(node_factory, tmp_path):
-    robots_file = Path(__file__).resolve().parents[1] / "config" / "robots.yaml"
+    robots_file = ROOT / "config" / "robots.yaml"
     runs = {ns: start("libero_sim", f"namespace:={ns}", "action_model:=/action_model",
                       f"run_dir:={tmp_path / ns}", f"robots_file:={robots_file}")
             for ns in ("robot1", "robot2")}
@@ -102,18 +154,18 @@ def _follow(proc: subprocess.Popen, marker: str, timeout: float):
     return seen, reader
 
 
-@pytest.mark.parametrize("how", ["SIGHUP", "SIGKILL"])
+@pytest.mark.parametrize("how", ["SIGHUP", "SIGTERM", "SIGKILL"])
 def test_nodes_never_outlive_the_starter(tmp_path, how):
-    """A closed terminal (SIGHUP) stops the run cleanly; a starter killed outright still
-    takes its nodes with it. Either way no orphan keeps driving the robot, and the bag is
-    closed."""
+    """A closed terminal (SIGHUP) or a service manager (SIGTERM) stops the run cleanly; a
+    starter killed outright still takes its nodes with it. Either way no orphan keeps
+    driving the robot, and the bag is closed."""
     run_dir = tmp_path / "run"
     proc = start("libero_sim", f"run_dir:={run_dir}", "record:=true")
     out, _ = _follow(proc, "recording /robot_state", 300)
     nodes = _children(proc.pid)
     assert len(nodes) == 4, nodes   # robot, model, agent, recorder
     os.kill(proc.pid, getattr(signal, how))   # the starter alone, as a hang-up reaches it
-    expected = 128 + signal.SIGHUP if how == "SIGHUP" else -signal.SIGKILL
+    expected = -signal.SIGKILL if how == "SIGKILL" else 128 + getattr(signal, how)
     assert proc.wait(60) == expected, "".join(out)[-4000:]
     deadline = time.monotonic() + 60
     while any(_alive(p) for p in nodes) and time.monotonic() < deadline:

@@ -44,3 +44,23 @@ def test_every_extra_is_in_pyproject_and_in_all():
     assert set(EXTRAS) | {"test", "all"} <= declared, declared
     everything = next(line for line in section.splitlines() if line.startswith("all ="))
     assert all(name in everything for name in [*EXTRAS, "test"]), everything
+
+
+def test_the_main_job_needs_no_torch():
+    """`make run` installs no 'models' extra (torch alone is 6.6 GB of CUDA wheels): the
+    LIBERO robot, the scripted model, the agent, the recorder and the starter must run
+    without it, so none of them may import it, even lazily on the way to a first step."""
+    code = """if True:
+        import sys
+        sys.modules["torch"] = None
+        import rpent.start, rpent_agent.agent_node, rpent_am.am_node, rpent_bag.record_node
+        import rpent_env_sim.libero_node
+        import numpy as np
+        from rpent_am.backends.scripted import ScriptedPickPlace
+        from rpent_env_sim.libero_sim import LiberoSim
+        with LiberoSim("libero_object", 0, init_state_index=0, cameras=()) as sim:
+            sim.step(np.zeros(7), render=False)
+        """
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=300)
+    assert proc.returncode == 0, proc.stderr[-4000:]

@@ -352,6 +352,26 @@ def test_reset_with_bad_arguments_is_refused(robot):
     assert robot.client.info().embodiment == robot.info.embodiment
 
 
+def test_a_refused_reset_changes_neither_the_task_nor_the_episode(robot, probe_node):
+    """Everything is validated before the robot is touched: a reset refused for one bad
+    field must not leave the next episode judged against a task the agent was never given."""
+    def latched_status() -> TaskStatus:
+        got = []
+        sub = probe_node.create_subscription(TaskStatus, "task_status", got.append, LATCHED_QOS)
+        try:
+            wait_until(lambda: got, 10, what="the latched task_status")
+        finally:
+            probe_node.destroy_subscription(sub)
+        return got[-1]
+
+    before = latched_status()
+    response = robot.client.reset(task_id=1, init_state_index=2**31 - 1)
+    assert not response.success, response.message
+    after = latched_status()
+    assert (after.suite, after.task_id, after.instruction, after.episode_id) == \
+        (before.suite, before.task_id, before.instruction, before.episode_id)
+
+
 def test_every_request_of_a_burst_is_answered(robot, probe_node, current_state):
     """Fifty stop calls and fifty goals at once all get an answer, and a cancel followed by
     a burst of other cancels stops the chunk it names. (The clients keep every answer, so

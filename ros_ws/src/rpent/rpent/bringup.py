@@ -246,7 +246,9 @@ def agent_node(args: dict, ns: str, folder: str, model: str, max_steps: str,
                     "plan_file": os.path.abspath(args["plan_file"]) if args["plan_file"] else "",
                     "robot_namespace": ns, "run_at_startup": True,
                     "policy_mode": args["policy_mode"],
-                    "mcp_port": int(args["mcp_port"]), "dashboard_url": dashboard_url(args)},
+                    "mcp_port": int(args["mcp_port"]), "dashboard_url": dashboard_url(args),
+                    "dashboard_layout": (os.path.abspath(_config("foxglove_layout.json"))
+                                         if dashboard_url(args) else "")},
         required=True)
 
 

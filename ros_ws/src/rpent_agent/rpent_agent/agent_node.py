@@ -126,6 +126,8 @@ class AgentNode(Node):
                            "(name on PATH or path)")
         self.dashboard_url = d("dashboard_url", "", "where a viewer connects to this run's "
                                "dashboard, for the run summary; empty = no dashboard")
+        self.dashboard_layout = d("dashboard_layout", "", "the viewer layout file to load with "
+                                  "the dashboard, for the run summary")
         self.run_timeout = d("run_timeout", 3600.0, "s a run may take (every planner but "
                              "scripted)", params.positive)
         self.reset_episode = d("reset_episode", False, "reset the robot's episode before "
@@ -437,7 +439,7 @@ class AgentNode(Node):
         return super().destroy_node()
 
 
-def summary(result, dashboard_url: str = "") -> str:
+def summary(result, dashboard_url: str = "", dashboard_layout: str = "") -> str:
     """What a person wants to read when a run ends: verdicts, files, how to watch it."""
     run_dir = Path(result.run_dir)
     status = {v: k for k, v in STATUS.items()}.get(result.status, str(result.status))
@@ -454,8 +456,8 @@ def summary(result, dashboard_url: str = "") -> str:
         lines.append(f"  video          : {run_dir / 'episode.mp4'}")
     bag = run_dir / "bag"
     if dashboard_url:
-        lines.append(f"  dashboard      : {dashboard_url} (Lichtblick or Foxglove, with the "
-                     "layout config/foxglove_layout.json)")
+        layout = f", with the layout {dashboard_layout}" if dashboard_layout else ""
+        lines.append(f"  dashboard      : {dashboard_url} (Lichtblick or Foxglove{layout})")
     if bag.exists():
         lines += [f"  bag            : {bag}",
                   f"  watch it       : {node_executable('rpent_bag', 'replay')} {bag}  (with a "
@@ -509,7 +511,7 @@ def main(args=None):
                 worker.join(INTERRUPT_WAIT)
             result = done.get("result")
             if result is not None:
-                print(summary(result, node.dashboard_url), flush=True)
+                print(summary(result, node.dashboard_url, node.dashboard_layout), flush=True)
             if not code:
                 code = 0 if result is not None and \
                     result.status == RunTask.Result.STATUS_SUCCESS else 1

@@ -147,3 +147,17 @@ def test_transcript_and_video_files(tmp_path):
     assert int(cap.get(cv2.CAP_PROP_FRAME_WIDTH)) == 64  # cameras side by side
     cap.release()
     assert EpisodeVideo(fps=20).write(tmp_path / "none.mp4") is None
+
+
+def test_the_mcp_server_on_a_busy_port_says_which_setting_to_change():
+    import socket
+
+    from rpent_agent.planners.mcp import McpPlanner
+
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        with pytest.raises(PlannerConfigError,
+                           match=rf"127\.0\.0\.1:{port} .*set mcp_port to a free port"):
+            McpPlanner(lambda: None, port=port).start([])

@@ -9,6 +9,7 @@ cancel, or after ``run_timeout``.
 from __future__ import annotations
 
 import base64
+import socket
 import threading
 import time
 from typing import Optional
@@ -17,6 +18,8 @@ import anyio
 import uvicorn
 from mcp import types
 from mcp.server.lowlevel import Server
+
+from . import PlannerConfigError
 
 INSTRUCTIONS = ("Tools of a robot arm. Call observe first: it shows the task and the cameras. "
                 "Positions are metres in the robot base frame. End with finish.")
@@ -36,7 +39,8 @@ class McpPlanner:
 
     @property
     def url(self) -> str:
-        return f"http://{self.host}:{self.port}/mcp"
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"http://{host}:{self.port}/mcp"
 
     # --- server --------------------------------------------------------------------------
     def start(self, catalogue: list, timeout: float = 10.0) -> str:
@@ -48,13 +52,23 @@ class McpPlanner:
         config = uvicorn.Config(app, host=self.host, port=self.port, log_level="warning",
                                 lifespan="on")
         self._server = uvicorn.Server(config)
-        self._thread = threading.Thread(target=self._server.run, name="mcp-server", daemon=True)
+        # Bound here, not in uvicorn's thread: a busy port is then this call's error, said
+        # once, rather than a traceback from a thread that quietly ends.
+        try:
+            family = socket.AF_INET6 if ":" in self.host else socket.AF_INET
+            sock = socket.create_server((self.host, self.port), family=family)
+        except OSError as err:
+            raise PlannerConfigError(f"the MCP server cannot listen on {self.host}:{self.port} "
+                                     f"({err.strerror}); set mcp_port to a free port or stop "
+                                     "the program using it") from None
+        self._thread = threading.Thread(target=self._server.run, kwargs={"sockets": [sock]},
+                                        name="mcp-server", daemon=True)
         self._thread.start()
         deadline = time.monotonic() + timeout
         while not self._server.started:
             if not self._thread.is_alive() or time.monotonic() > deadline:
-                raise RuntimeError(f"the MCP server did not start on {self.host}:{self.port}; "
-                                   "is the port in use? Set mcp_port to a free port")
+                raise RuntimeError(f"the MCP server did not start on {self.host}:{self.port} "
+                                   "(the agent's log above says why)")
             time.sleep(0.05)
         return self.url
 
