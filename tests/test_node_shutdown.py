@@ -1,8 +1,11 @@
-"""Ctrl-C while goals run (the whole bring-up stopping at once): the robot node mid-chunk
-and the model node mid-stream both exit at once, cleanly and without tracebacks."""
+"""Ctrl-C or SIGTERM while goals run (the whole bring-up stopping at once): the robot node
+mid-chunk and the model node mid-stream both exit at once, cleanly and without tracebacks."""
 from __future__ import annotations
 
+import signal
+
 import numpy as np
+import pytest
 
 from rpent_am.client import ActionModelClient
 from rpent_contract.client import RobotClient
@@ -13,13 +16,16 @@ from rpent_interfaces.action import ExecuteChunk
 SOUP = "pick the alphabet soup and place it in the basket"
 
 
-def test_ctrl_c_mid_chunk_and_mid_stream_ends_both_nodes_at_once(rclpy_context, node_factory):
-    robot_proc = node_factory("rpent_env_sim", "libero_node", {}, name="shutdown_robot")
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+def test_a_signal_mid_chunk_and_mid_stream_ends_both_nodes_at_once(rclpy_context, node_factory,
+                                                                   signum):
+    robot_proc = node_factory("rpent_env_sim", "libero_node", {},
+                              name=f"shutdown_robot_{signum.name}")
     robot = RobotClient()
     try:
         info = robot.wait_ready(180)
         model_proc = node_factory("rpent_am", "am_node", {"backend": "scripted"},
-                                  name="shutdown_model")
+                                  name=f"shutdown_model_{signum.name}")
         model = ActionModelClient(robot.node)
         model.connect(info, timeout=60)
         chunks = []
@@ -32,10 +38,10 @@ def test_ctrl_c_mid_chunk_and_mid_stream_ends_both_nodes_at_once(rclpy_context, 
         robot.send("execute_chunk", goal, feedback=steps.append)
         wait_until(lambda: len(chunks) >= 2 and len(steps) >= 3, 60,
                    what="a running stream and a running chunk")
-        # Ctrl-C reaches every node of a bring-up at once; the robot stops publishing, so
-        # the stream's next observation never comes.
-        assert robot_proc.stop(timeout=10) == 0, robot_proc.log_path.read_text()[-3000:]
-        assert model_proc.stop(timeout=5) == 0, model_proc.log_path.read_text()[-3000:]
+        # The signal reaches every node of a bring-up at once; the robot stops publishing,
+        # so the stream's next observation never comes.
+        assert robot_proc.stop(10, signum) == 0, robot_proc.log_path.read_text()[-3000:]
+        assert model_proc.stop(5, signum) == 0, model_proc.log_path.read_text()[-3000:]
     finally:
         robot.close()
     for proc in (robot_proc, model_proc):

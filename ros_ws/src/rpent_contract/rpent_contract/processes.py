@@ -102,10 +102,11 @@ class LoggedProcess:
         text = self.log_path.read_text(errors="replace").splitlines()
         return "\n".join(text[-lines:])
 
-    def stop(self, timeout: float = 15.0) -> Optional[int]:
-        """SIGINT (clean shutdown), then SIGKILL the whole group if it does not exit in time."""
+    def stop(self, timeout: float = 15.0, signum: int = signal.SIGINT) -> Optional[int]:
+        """``signum`` (a clean shutdown: Ctrl-C, or SIGTERM from a service manager), then
+        SIGKILL the whole group if it does not exit in time."""
         if self.alive():
-            os.killpg(self.proc.pid, signal.SIGINT)
+            os.killpg(self.proc.pid, signum)
             try:
                 self.proc.wait(timeout)
             except subprocess.TimeoutExpired:
