@@ -16,9 +16,9 @@ from rpent_am.backends.rpent_http import RpentHttpServer
 from rpent_am.chunk_executor import ChunkExecutor, stale_prefix
 from rpent_am.client import ActionModelClient, ChunkRejected, IncompatibleModel
 from rpent_am.policy import ModelMeta, PolicyBackend
-from rpent_contract.client import RobotClient
+from rpent_contract.client import ActionClient, RobotClient
 from rpent_contract.control_space import array_to_chunk
-from rpent_contract.processes import wait_until
+from rpent_contract.processes import answered_once, wait_until
 from rpent_env_sim.libero_node import LIBERO_OSC_DELTA
 from rpent_interfaces.action import Predict
 from rpent_interfaces.msg import ControlSpace
@@ -108,6 +108,36 @@ def test_concurrent_clients_keep_their_own_policy_state(stack):
     assert np.sign(out["a"][0, 1] - out["b"][0, 1]) == soup_dir
     assert model.reset("a").success
     assert "'a'" in model.reset("a").message
+
+
+def test_every_goal_of_a_burst_is_answered(stack):
+    """Fifty predict goals at once, from five clients (evaluation workers starting
+    together): every goal is answered, with its chunk or, past the node's max_goals, with
+    the reason and what to do."""
+    robot, model, _info, meta = stack
+    predict = ActionClient(robot.node, Predict, model.name + "/predict")
+
+    def goal(client_id):
+        return Predict.Goal(instruction=SOUP, mode=Predict.Goal.MODE_SINGLE,
+                            client_id=client_id)
+    try:
+        assert predict.wait_for_server(10)
+        first = answered_once(lambda: predict.send_goal_async(goal("burst_0")), "predict goal")
+        answered_once(first.get_result_async, "predict result")
+        sent = [predict.send_goal_async(goal(f"burst_{i % 5}")) for i in range(50)]
+        wait_until(lambda: all(s.done() for s in sent), 60,
+                   what=f"answers to 50 goals ({sum(s.done() for s in sent)} came)")
+        assert all(s.result().accepted for s in sent)
+        results = [s.result().get_result_async() for s in sent]
+        wait_until(lambda: all(r.done() for r in results), 120,
+                   what=f"results of 50 goals ({sum(r.done() for r in results)} came)")
+        answers = [r.result() for r in results]
+        served = [a.result for a in answers if a.status == GoalStatus.STATUS_SUCCEEDED]
+        assert served and all(r.last_chunk.horizon == meta.chunk_size for r in served)
+        refused = {a.result.message for a in answers if a.status != GoalStatus.STATUS_SUCCEEDED}
+        assert all("max_goals" in m and "try again" in m for m in refused), refused
+    finally:
+        predict.destroy()
 
 
 def test_bad_instruction_fails_the_goal_and_the_node_keeps_serving(stack):

@@ -15,7 +15,7 @@ from action_msgs.msg import GoalStatus
 from geometry_msgs.msg import PoseStamped
 from sensor_msgs.msg import CameraInfo, Image, JointState
 
-from rpent_contract.processes import wait_until
+from rpent_contract.processes import answered_once, wait_until
 from rpent_contract.control_space import array_to_chunk
 from rpent_contract.images import image_to_numpy
 from rpent_contract.qos import IMAGE_QOS, LATCHED_QOS, REQUEST_QOS, STATE_QOS
@@ -396,13 +396,12 @@ def test_every_request_of_a_burst_is_answered(robot, probe_node, current_state):
     try:
         assert stop.wait_for_service(10) and cancel.wait_for_service(10)
         assert chunks.wait_for_server(10)
-        # A server drops answers to a client it has not discovered yet (wait_for_service
-        # sees only the request side): one answered call on each path first.
-        _answered_once(lambda: stop.call_async(Trigger.Request()), "stop")
-        _answered_once(lambda: cancel.call_async(CancelGoal.Request(goal_info=GoalInfo(
+        # One answered call on each path first (see answered_once).
+        answered_once(lambda: stop.call_async(Trigger.Request()), "stop")
+        answered_once(lambda: cancel.call_async(CancelGoal.Request(goal_info=GoalInfo(
             goal_id=UUID(uuid=list(uuid.uuid4().bytes))))), "cancel_goal")  # no such goal
-        handle = _answered_once(lambda: chunks.send_goal_async(goal), "send_goal")
-        _answered_once(handle.get_result_async, "get_result")
+        handle = answered_once(lambda: chunks.send_goal_async(goal), "send_goal")
+        answered_once(handle.get_result_async, "get_result")
 
         calls = [stop.call_async(Trigger.Request()) for _ in range(50)]
         wait_until(lambda: all(c.done() for c in calls), 30,
@@ -435,15 +434,3 @@ def test_every_request_of_a_burst_is_answered(robot, probe_node, current_state):
         chunks.destroy()
         probe_node.destroy_client(stop)
         probe_node.destroy_client(cancel)
-
-
-def _answered_once(call, what: str):
-    """call() again until one of its futures is answered; return that answer."""
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        future = call()
-        try:
-            return wait_until(future.done, 3, what=what) and future.result()
-        except TimeoutError:
-            continue
-    raise TimeoutError(f"{what} never answered within 60 s")

@@ -143,6 +143,21 @@ def wait_until(predicate, timeout: float, interval: float = 0.05, what: str = "c
     raise TimeoutError(f"{what} not met within {timeout:g} s")
 
 
+def answered_once(call, what: str, timeout: float = 60.0, retry_after: float = 3.0):
+    """``call()`` (a request that returns a future) again until one future is answered;
+    return that answer. A server drops answers to a client it has not discovered yet, and
+    a client's wait for the server sees only the request side: a burst measured before one
+    answer came back would count those drops."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        future = call()
+        try:
+            return wait_until(future.done, retry_after, what=what) and future.result()
+        except TimeoutError:
+            continue
+    raise TimeoutError(f"{what} never answered within {timeout:g} s")
+
+
 def free_port(host: str = "127.0.0.1") -> int:
     """A TCP port nothing listens on now, for a server a test or benchmark starts next
     (another process may take it in between; servers that can, bind port 0 instead)."""
