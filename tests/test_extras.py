@@ -54,9 +54,8 @@ def test_the_main_job_needs_no_torch():
         import sys
         sys.modules["torch"] = None
         import rpent.start, rpent_agent.agent_node, rpent_am.am_node, rpent_bag.record_node
-        import rpent_env_sim.libero_node
+        import rpent_am.backends.scripted, rpent_env_sim.libero_node
         import numpy as np
-        from rpent_am.backends.scripted import ScriptedPickPlace
         from rpent_env_sim.libero_sim import LiberoSim
         with LiberoSim("libero_object", 0, init_state_index=0, cameras=()) as sim:
             sim.step(np.zeros(7), render=False)

@@ -9,15 +9,9 @@ from action_msgs.msg import GoalStatus
 from rclpy.action import ActionClient
 from rclpy.executors import MultiThreadedExecutor
 
+from rpent_contract.client import wait_future
 from rpent_contract.serving import action_server
 from rpent_interfaces.action import MoveTo
-
-
-def _wait(future, what: str):
-    done = threading.Event()
-    future.add_done_callback(lambda _f: done.set())
-    assert done.wait(10), f"no {what} within 10 s"
-    return future.result()
 
 
 def test_a_goal_whose_callback_raises_is_aborted_with_the_reason(rclpy_context):
@@ -35,9 +29,9 @@ def test_a_goal_whose_callback_raises_is_aborted_with_the_reason(rclpy_context):
     spinner.start()
     try:
         assert actions.wait_for_server(10)
-        handle = _wait(actions.send_goal_async(MoveTo.Goal()), "goal answer")
+        handle = wait_future(actions.send_goal_async(MoveTo.Goal()), 10, "move_to goal")
         assert handle.accepted
-        answer = _wait(handle.get_result_async(), "result")
+        answer = wait_future(handle.get_result_async(), 10, "move_to result")
         assert answer.status == GoalStatus.STATUS_ABORTED
         assert ("move_to failed inside /serving_server (OverflowError: timeout 1e+308 s is "
                 "too large)") in answer.result.message, answer.result.message

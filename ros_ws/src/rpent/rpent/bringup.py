@@ -235,6 +235,7 @@ def dashboard_url(args: dict) -> str:
 
 def agent_node(args: dict, ns: str, folder: str, model: str, max_steps: str,
                perception: str) -> NodeSpec:
+    url = dashboard_url(args)
     return NodeSpec(
         "rpent_agent", "agent_node", "agent", ns,
         params_files=[_config("agent.yaml")],
@@ -246,9 +247,9 @@ def agent_node(args: dict, ns: str, folder: str, model: str, max_steps: str,
                     "plan_file": os.path.abspath(args["plan_file"]) if args["plan_file"] else "",
                     "robot_namespace": ns, "run_at_startup": True,
                     "policy_mode": args["policy_mode"],
-                    "mcp_port": int(args["mcp_port"]), "dashboard_url": dashboard_url(args),
+                    "mcp_port": int(args["mcp_port"]), "dashboard_url": url,
                     "dashboard_layout": (os.path.abspath(_config("foxglove_layout.json"))
-                                         if dashboard_url(args) else "")},
+                                         if url else "")},
         required=True)
 
 
