@@ -19,9 +19,11 @@ from rpent_am.policy import ModelMeta, PolicyBackend
 from rpent_contract.client import ActionClient, RobotClient
 from rpent_contract.control_space import array_to_chunk
 from rpent_contract.processes import answered_once, wait_until
+from rpent_contract.qos import STATE_QOS
+from rpent_contract.robot_node import HEARTBEAT_S
 from rpent_env_sim.libero_node import LIBERO_OSC_DELTA
 from rpent_interfaces.action import Predict
-from rpent_interfaces.msg import ControlSpace
+from rpent_interfaces.msg import ControlSpace, RobotState
 from rpent_interfaces.srv import GetRobotInfo
 
 SOUP = "pick the alphabet soup and place it in the basket"
@@ -201,15 +203,30 @@ def test_stale_prefix_counts_steps_after_the_observation():
 def test_executor_streams_the_expert_to_native_success(stack):
     robot, model, _info, _meta = stack
     assert robot.reset(init_state_index=1).success
+    states = []
+    sub = robot.node.create_subscription(RobotState, "robot_state", states.append, STATE_QOS)
     started = time.monotonic()
     # The timeout bounds the time without a step, not the run: at 20 Hz or slower, the
     # run's 100+ steps take well over it.
-    report = ChunkExecutor(robot, model).run(SOUP, max_steps=400, timeout=4.0,
-                                             client_id="executor")
+    try:
+        report = ChunkExecutor(robot, model).run(SOUP, max_steps=400, timeout=4.0,
+                                                 client_id="executor")
+    finally:
+        robot.node.destroy_subscription(sub)
     assert report.outcome == "task_success", report.message
     assert time.monotonic() - started > 4.0
     assert report.task_success and report.chunks_executed > 5
     assert report.chunks_stale == 0 and report.chunks_rejected == 0
+    # The simulator steps slower than its 20 Hz publish rate here. While it moves, each
+    # step is one measurement: a repeat under a newer stamp only comes as a heartbeat, and
+    # the model (which predicts once per new state) sends about one chunk per step.
+    repeats = [(b.header.stamp.sec + b.header.stamp.nanosec * 1e-9)
+               - (a.header.stamp.sec + a.header.stamp.nanosec * 1e-9)
+               for a, b in zip(states, states[1:])
+               if b.mode == RobotState.MODE_MOVING and b.episode_step == a.episode_step]
+    assert all(gap >= HEARTBEAT_S - 0.01 for gap in repeats), sorted(repeats)[:5]
+    assert report.chunks_received <= report.steps_executed + len(repeats) + 2, \
+        (report.chunks_received, report.steps_executed)
 
 
 def test_executor_ends_with_the_robots_reason_when_it_refuses_chunk_after_chunk(

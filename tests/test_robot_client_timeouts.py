@@ -62,3 +62,24 @@ def test_a_robot_that_stops_answering_fails_the_call_after_the_timeout(robot):
     finally:
         os.kill(proc.proc.pid, signal.SIGCONT)
     client.stop()
+
+
+def test_a_client_made_for_some_actions_hears_no_feedback_of_the_others(robot):
+    """Every client of an action receives the feedback of every goal sent to it (one
+    message per executed step for execute_chunk): a harness that only watches names none."""
+    _, client = robot
+    topic = "/execute_chunk/_action/feedback"
+    before = client.node.count_subscribers(topic)
+    mover = RobotClient(node_name="move_only_client", actions=("move_to",))
+    try:
+        assert mover.wait_ready(30).embodiment
+        status, result = mover.move_to([0.45, 0.0, 0.35], timeout=30)
+        assert status == GoalStatus.STATUS_SUCCEEDED, result.message
+        assert client.node.count_subscribers("/move_to/_action/feedback") >= 2
+        assert client.node.count_subscribers(topic) == before
+        with pytest.raises(ValueError, match="without the 'execute_chunk' action"):
+            mover.execute_chunk([[0.0] * 7], "ee_delta")
+    finally:
+        mover.close()
+    with pytest.raises(ValueError, match="unknown robot action"):
+        RobotClient(node_name="bad_client", actions=("teleport",))

@@ -227,6 +227,17 @@ def next_message(node, msg_type, topic: str, qos, timeout: float):
         node.destroy_subscription(sub)
 
 
+# The robot contract's actions, by name.
+ROBOT_ACTIONS = {
+    "execute_chunk": ExecuteChunk,
+    "move_to": MoveTo,
+    "gripper_command": GripperCommand,
+    VERDICT_ACTION: RequestOperatorVerdict,
+    SCENE_RESET_ACTION: RequestSceneReset,
+    "reset_episode": ResetEpisodeAction,
+}
+
+
 class RobotClient:
     """Blocking client of one robot (optionally namespaced); spins its own node.
 
@@ -235,21 +246,24 @@ class RobotClient:
     the same name (two nodes of one name in one process lose action goal responses).
     """
 
-    def __init__(self, namespace: str = "", node_name: Optional[str] = None, context=None):
+    def __init__(self, namespace: str = "", node_name: Optional[str] = None, context=None,
+                 actions: Optional[Sequence[str]] = None):
+        """``actions``: the robot's actions this client sends goals to (default: all of
+        ROBOT_ACTIONS). Every client of an action receives the feedback of every goal sent
+        to it, one message per executed step for execute_chunk, so a client that only
+        watches or calls services (an evaluation harness, a perception node) names none."""
+        unknown = set(actions or ()) - set(ROBOT_ACTIONS)
+        if unknown:
+            raise ValueError(f"unknown robot action(s) {', '.join(sorted(unknown))}; the "
+                             f"robot's actions are {', '.join(ROBOT_ACTIONS)}")
         self.node = rclpy.create_node(
             node_name or f"rpent_robot_client_{uuid.uuid4().hex[:8]}", namespace=namespace,
             context=context, use_global_arguments=False)
         self._executor = MultiThreadedExecutor(num_threads=2, context=context)
         self._executor.add_node(self.node)
         n = self.node
-        self._actions = {
-            "execute_chunk": ActionClient(n, ExecuteChunk, "execute_chunk"),
-            "move_to": ActionClient(n, MoveTo, "move_to"),
-            "gripper_command": ActionClient(n, GripperCommand, "gripper_command"),
-            VERDICT_ACTION: ActionClient(n, RequestOperatorVerdict, VERDICT_ACTION),
-            SCENE_RESET_ACTION: ActionClient(n, RequestSceneReset, SCENE_RESET_ACTION),
-            "reset_episode": ActionClient(n, ResetEpisodeAction, "reset_episode"),
-        }
+        self._actions = {name: ActionClient(n, ROBOT_ACTIONS[name], name)
+                         for name in (ROBOT_ACTIONS if actions is None else actions)}
         self._reset = n.create_client(ResetEpisode, "reset")
         self._info = n.create_client(GetRobotInfo, "get_robot_info")
         self._stop = n.create_client(Trigger, "stop")
@@ -318,8 +332,11 @@ class RobotClient:
     # --- actions -------------------------------------------------------------------------
     def send(self, action: str, goal, feedback: Optional[Callable] = None,
              timeout: float = 10.0) -> GoalRun:
-        return GoalRun.send(self._actions[action], goal, feedback, timeout, action,
-                            "the robot node")
+        client = self._actions.get(action)
+        if client is None:
+            raise ValueError(f"this RobotClient was made without the '{action}' action "
+                             f"(actions={sorted(self._actions)}); name it in actions")
+        return GoalRun.send(client, goal, feedback, timeout, action, "the robot node")
 
     def execute_chunk(self, actions: np.ndarray, control_space: str, stop_on_success=False,
                       feedback=None, timeout: float = 120.0):

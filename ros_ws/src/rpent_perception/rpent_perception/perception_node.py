@@ -148,7 +148,7 @@ class PerceptionNode(Node):
                 raise params.ParameterError("backend sam3_http needs sam3_endpoint "
                                             "(http://HOST:PORT of the SAM3 server)")
         self.robot = RobotClient(namespace=self.get_namespace(),
-                                 node_name="perception_robot_client")
+                                 node_name="perception_robot_client", actions=())
         try:
             self.info = self.robot.wait_ready(startup_timeout)
             self.backend = backend or self._make_backend(backend_name)

@@ -159,8 +159,9 @@ class Worker:
         self.starts += 1
         self.group = NodeGroup(self.specs, self.log_dir, f"w{self.index}.{self.starts}.",
                                self.spawn)
+        # Resets and watches only: no action client, so no per-step chunk feedback here.
         self.client = RobotClient(namespace=self.namespace,
-                                  node_name=f"eval_client_{self.starts}")
+                                  node_name=f"eval_client_{self.starts}", actions=())
         self.observer = RobotObserver(self.client.node, [])
         self._run_client = ActionClient(self.client.node, RunTask, "agent/run_task")
         deadline = time.monotonic() + timeout
