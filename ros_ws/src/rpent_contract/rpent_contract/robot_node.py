@@ -74,8 +74,8 @@ VERDICT_ACTION = "operator/request_verdict"
 SCENE_RESET_ACTION = "operator/request_scene_reset"
 ANSWER_SERVICE = "operator/answer"
 REQUESTS_TOPIC = "operator/requests"
-# s a stepping simulator's unchanged state may go unpublished (watchers call a robot silent
-# for 2 s down); a step normally takes far less, so this rarely sends a repeat.
+# Longest a stepping simulator's unchanged state goes unpublished, in s: watchers call a
+# robot silent after 2 s, and a step normally takes far less, so repeats are rare.
 HEARTBEAT_S = 0.5
 
 
