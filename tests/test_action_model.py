@@ -217,16 +217,13 @@ def test_executor_streams_the_expert_to_native_success(stack):
     assert time.monotonic() - started > 4.0
     assert report.task_success and report.chunks_executed > 5
     assert report.chunks_stale == 0 and report.chunks_rejected == 0
-    # The simulator steps slower than its 20 Hz publish rate here. While it moves, each
-    # step is one measurement: a repeat under a newer stamp only comes as a heartbeat, and
-    # the model (which predicts once per new state) sends about one chunk per step.
+    # While the simulator moves, each step is one measurement: the same step again under a
+    # newer stamp only comes as a heartbeat (the model predicts once per state it is sent).
     repeats = [(b.header.stamp.sec + b.header.stamp.nanosec * 1e-9)
                - (a.header.stamp.sec + a.header.stamp.nanosec * 1e-9)
                for a, b in zip(states, states[1:])
                if b.mode == RobotState.MODE_MOVING and b.episode_step == a.episode_step]
     assert all(gap >= HEARTBEAT_S - 0.01 for gap in repeats), sorted(repeats)[:5]
-    assert report.chunks_received <= report.steps_executed + len(repeats) + 2, \
-        (report.chunks_received, report.steps_executed)
 
 
 def test_executor_ends_with_the_robots_reason_when_it_refuses_chunk_after_chunk(
