@@ -18,6 +18,7 @@ from rpent_am.client import ActionModelClient, ChunkRejected, IncompatibleModel
 from rpent_am.policy import ModelMeta, PolicyBackend
 from rpent_contract.client import ActionClient, RobotClient
 from rpent_contract.control_space import array_to_chunk
+from rpent_contract.geometry import stamp_to_ns
 from rpent_contract.processes import answered_once, wait_until
 from rpent_contract.qos import STATE_QOS
 from rpent_contract.robot_node import HEARTBEAT_S
@@ -219,8 +220,7 @@ def test_executor_streams_the_expert_to_native_success(stack):
     assert report.chunks_stale == 0 and report.chunks_rejected == 0
     # While the simulator moves, each step is one measurement: the same step again under a
     # newer stamp only comes as a heartbeat (the model predicts once per state it is sent).
-    repeats = [(b.header.stamp.sec + b.header.stamp.nanosec * 1e-9)
-               - (a.header.stamp.sec + a.header.stamp.nanosec * 1e-9)
+    repeats = [(stamp_to_ns(b.header.stamp) - stamp_to_ns(a.header.stamp)) / 1e9
                for a, b in zip(states, states[1:])
                if b.mode == RobotState.MODE_MOVING and b.episode_step == a.episode_step]
     assert all(gap >= HEARTBEAT_S - 0.01 for gap in repeats), sorted(repeats)[:5]
