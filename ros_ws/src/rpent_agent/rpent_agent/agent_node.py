@@ -153,6 +153,7 @@ class AgentNode(Node):
         self.robot = RobotClient(namespace=self.robot_namespace,
                                  node_name="agent_robot_client")
         self._run_lock = threading.Lock()
+        self._goals: list = []  # run_task goals not yet ended, for a shutdown to wait on
         self._toolkit: Optional[Toolkit] = None
         self._interrupted: Optional[str] = None  # the signal's name, once one came
         try:
@@ -284,13 +285,27 @@ class AgentNode(Node):
         return self._run_lock.locked()
 
     def wait_idle(self, executor, timeout: float) -> bool:
-        """Spin ``executor`` until no run is in progress (its files written) or ``timeout``."""
+        """Spin ``executor`` until no run is in progress (its files written, its run_task
+        goal ended) or ``timeout``."""
         deadline = time.monotonic() + timeout
-        while self._run_lock.locked() and time.monotonic() < deadline:
+
+        def busy():
+            return self._run_lock.locked() or any(g.is_active for g in self._goals)
+
+        while busy() and time.monotonic() < deadline:
             executor.spin_once(timeout_sec=0.1)
-        return not self._run_lock.locked()
+        if busy():
+            return False
+        # rclpy sends an ended goal's result to the callers waiting for it from a task it
+        # queues on the executor after the execute callback returns: without these spins
+        # the process would exit with the result unsent.
+        drain_end = min(deadline, time.monotonic() + RESULT_DRAIN_S)
+        while time.monotonic() < drain_end:
+            executor.spin_once(timeout_sec=0.05)
+        return True
 
     def _execute(self, goal_handle):
+        self._goals = [g for g in self._goals if g.is_active] + [goal_handle]
         g = goal_handle.request
 
         def feedback(turn, last_tool, text):
@@ -473,6 +488,8 @@ def summary(result, dashboard_url: str = "", dashboard_layout: str = "") -> str:
 INTERRUPT_STOP_TIMEOUT = 2.0
 # s the run in progress may take to end and write its files after a signal.
 INTERRUPT_WAIT = 8.0
+# s a node told to go keeps spinning after its last run ended, to send that run's result.
+RESULT_DRAIN_S = 0.5
 
 
 def _raise_interrupt(signum, _frame):
