@@ -164,3 +164,42 @@ def test_libero_run_recording_survives_robot_crash_and_sigint(rclpy_context, nod
     assert scene.markers[1].pose.position.x == 0.4
     img = decoded["/camera/agentview/image_raw"][0]
     assert (img.height, img.width, img.encoding) == (128, 128, "rgb8")
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
+def test_a_signal_right_after_a_burst_still_records_the_whole_burst(rclpy_context,
+                                                                      node_factory, tmp_path,
+                                                                      signum):
+    """A run's nodes are told to stop together: the agent's last events are still in transit
+    to the recorder when its signal comes, and must be in the bag."""
+    import rclpy
+
+    from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
+
+    from rpent_bag import bagfile
+    from rpent_interfaces.msg import AgentEvent
+
+    bag = tmp_path / "bag"
+    recorder = node_factory("rpent_bag", "recorder",
+                            {"bag_path": str(bag), "topics": ["agent/events"]},
+                            name=f"recorder_burst_{signum}")
+    node = rclpy.create_node(f"burst_source_{signum}")
+    events = node.create_publisher(AgentEvent, "agent/events", QoSProfile(  # as the agent's
+        depth=1000, reliability=ReliabilityPolicy.RELIABLE,
+        durability=DurabilityPolicy.TRANSIENT_LOCAL))
+    try:
+        wait_until(lambda: "recording /agent/events [" in recorder.log_tail(100), 60,
+                   what="the recorder to subscribe /agent/events")
+        wait_until(lambda: events.get_subscription_count() > 0, 10,
+                   what="the recorder's subscription to match")
+        for i in range(80):
+            events.publish(AgentEvent(run_id="r", turn=i, kind=AgentEvent.KIND_REASONING,
+                                      text=f"thought {i}"))
+        assert recorder.stop(signum=signum) == 0, recorder.log_tail()
+    finally:
+        node.destroy_node()
+    with bagfile.open_reader(bag) as reader:
+        store = bagfile.typestore(reader.connections)
+        texts = [store.deserialize_cdr(data, conn.msgtype).text
+                 for conn, _, data in bagfile.messages(reader, reader.connections)]
+    assert texts == [f"thought {i}" for i in range(80)], recorder.log_tail()

@@ -98,7 +98,8 @@ class LoggedProcess:
         return self.proc.poll() is None
 
     def log_tail(self, lines: int = 40) -> str:
-        self._log.flush()
+        if not self._log.closed:  # stop() closes it; the file stays readable
+            self._log.flush()
         text = self.log_path.read_text(errors="replace").splitlines()
         return "\n".join(text[-lines:])
 
