@@ -182,8 +182,8 @@ def test_a_signal_right_after_a_burst_still_records_the_whole_burst(rclpy_contex
     bag = tmp_path / "bag"
     recorder = node_factory("rpent_bag", "recorder",
                             {"bag_path": str(bag), "topics": ["agent/events"]},
-                            name=f"recorder_burst_{signum}")
-    node = rclpy.create_node(f"burst_source_{signum}")
+                            name=f"recorder_burst_{signum.name.lower()}")
+    node = rclpy.create_node(f"burst_source_{signum.name.lower()}")
     events = node.create_publisher(AgentEvent, "agent/events", QoSProfile(  # as the agent's
         depth=1000, reliability=ReliabilityPolicy.RELIABLE,
         durability=DurabilityPolicy.TRANSIENT_LOCAL))

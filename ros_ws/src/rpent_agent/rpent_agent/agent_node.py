@@ -154,6 +154,7 @@ class AgentNode(Node):
                                  node_name="agent_robot_client")
         self._run_lock = threading.Lock()
         self._goals: list = []  # run_task goals not yet ended, for a shutdown to wait on
+        self._goals_lock = threading.Lock()  # goals may arrive on several threads
         self._toolkit: Optional[Toolkit] = None
         self._interrupted: Optional[str] = None  # the signal's name, once one came
         try:
@@ -290,7 +291,8 @@ class AgentNode(Node):
         deadline = time.monotonic() + timeout
 
         def busy():
-            return self._run_lock.locked() or any(g.is_active for g in self._goals)
+            with self._goals_lock:
+                return self._run_lock.locked() or any(g.is_active for g in self._goals)
 
         while busy() and time.monotonic() < deadline:
             executor.spin_once(timeout_sec=0.1)
@@ -305,7 +307,8 @@ class AgentNode(Node):
         return True
 
     def _execute(self, goal_handle):
-        self._goals = [g for g in self._goals if g.is_active] + [goal_handle]
+        with self._goals_lock:
+            self._goals = [g for g in self._goals if g.is_active] + [goal_handle]
         g = goal_handle.request
 
         def feedback(turn, last_tool, text):
