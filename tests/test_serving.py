@@ -6,10 +6,9 @@ import threading
 
 import rclpy
 from action_msgs.msg import GoalStatus
-from rclpy.action import ActionClient
 from rclpy.executors import MultiThreadedExecutor
 
-from rpent_contract.client import wait_future
+from rpent_contract.client import ActionClient, wait_future
 from rpent_contract.serving import action_server
 from rpent_interfaces.action import MoveTo
 
