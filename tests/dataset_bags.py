@@ -17,6 +17,8 @@ import numpy as np
 from rpent_bag.record_node import DEFAULT_TOPICS
 from rpent_contract.control_space import chunk_to_array
 from rpent_contract.processes import wait_until
+from rpent_contract.qos import EXECUTED_QOS
+from rpent_interfaces.msg import ExecutedAction
 
 SOUP = "pick the alphabet soup and place it in the basket"
 # What the exporter reads, all default topics of the recorder.
@@ -65,9 +67,16 @@ def record_episodes(start: Callable, bag: Path, episodes: Sequence[Episode],
                        what=f"the recorder to subscribe {topic}")
         model = ActionModelClient(robot.node)
         model.connect(info, timeout=timeout)
+        executed = []
+        robot.node.create_subscription(
+            ExecutedAction, "executed_actions",
+            lambda m: executed.append((m.episode_id, m.episode_step)), EXECUTED_QOS)
         truths = [_run_episode(robot, model, e) for e in episodes]
-        # At once, as a run's end stops it: the last goal's final step, published as the
-        # goal ends, is still in transit, and the recorder must take it in before closing.
+        # The last goal's final step is published as the goal ends: stopping the recorder
+        # at once can cut it off in transit. Stop once a peer of the recorder has it.
+        last = truths[-1]
+        wait_until(lambda: (last.episode_id, len(last.actions) - 1) in executed, 30.0,
+                   what="the last executed step on executed_actions")
         assert recorder.stop() == 0, recorder.log_tail()
     finally:
         robot.close()

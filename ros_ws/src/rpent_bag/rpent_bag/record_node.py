@@ -4,12 +4,11 @@ rosbag2 (MCAP) bag, used where ``ros2 bag record`` is not installed.
 Topics are found by name pattern as they appear on the graph (a robot started later is
 still recorded) and subscribed serialized, so nothing is deserialized on the way to disk.
 SIGINT, SIGTERM and SIGHUP all end with a closed bag: summary, index and metadata.yaml
-written, holding what had been published before the signal (a run's last state and
-events, sent as its nodes are told to stop, included). Other nodes crashing only stops
-their topics.
+written. Other nodes crashing only stops their topics.
 """
 from __future__ import annotations
 
+import signal
 import sys
 import time
 from pathlib import Path
@@ -56,7 +55,6 @@ class RecorderNode(Node):
         except FileExistsError as err:
             raise ParameterError(f"parameter 'bag_path': {err}") from None
         self._subs = {}
-        self.last_arrival = time.monotonic()
         self.create_timer(period, self._discover)
         self._discover()
         self.get_logger().info(f"recording {self._patterns} to {self.path}")
@@ -72,12 +70,9 @@ class RecorderNode(Node):
                 continue
             qos = graph.subscription_qos(self, topic, self._depth)
             self._subs[topic] = self.create_subscription(
-                cls, topic, lambda data, t=topic: self._write(t, data), qos, raw=True)
+                cls, topic, lambda data, t=topic: self.recorder.write(
+                    t, self.get_clock().now().nanoseconds, data), qos, raw=True)
             self.get_logger().info(f"recording {topic} [{type_name}]")
-
-    def _write(self, topic: str, data: bytes) -> None:
-        self.last_arrival = time.monotonic()
-        self.recorder.write(topic, self.get_clock().now().nanoseconds, data)
 
     def close(self) -> None:
         stats = self.recorder.close()
@@ -87,23 +82,25 @@ class RecorderNode(Node):
             print(f"[recorder] write error: {err}", file=sys.stderr)
 
 
-# After a signal, the recorder takes what is still arriving until the topics fall quiet
-# for DRAIN_QUIET_S (longer than DDS needs to deliver or resend a burst on loopback), for
-# at most DRAIN_MAX_S: launch escalates to SIGTERM a few seconds after its SIGINT.
-DRAIN_QUIET_S = 0.3
-DRAIN_MAX_S = 2.0
+def _raise_exit(signum, _frame):
+    raise KeyboardInterrupt(f"signal {signum}")
 
 
-def _drain(node: "RecorderNode", executor) -> None:
-    signaled = time.monotonic()
-    while time.monotonic() < min(signaled + DRAIN_MAX_S,
-                                 max(signaled, node.last_arrival) + DRAIN_QUIET_S):
-        executor.spin_once(timeout_sec=0.05)
+def _start() -> "RecorderNode":
+    node = RecorderNode()
+    # launch ends with SIGINT then SIGTERM; a terminal may send SIGHUP: all close the bag.
+    signal.signal(signal.SIGTERM, _raise_exit)
+    signal.signal(signal.SIGHUP, _raise_exit)
+    return node
+
+
+def _close(node: "RecorderNode") -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C must not cut the close
+    node.close()
 
 
 def main(args=None) -> int:
-    return run_node(RecorderNode, name="recorder", args=args,
-                    close=lambda node: node.close(), drain=_drain,
+    return run_node(_start, name="recorder", args=args, close=_close,
                     startup_errors=(ValueError, definitions.DefinitionError))
 
 
