@@ -17,11 +17,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Optional
 
-from rclpy.action import ActionClient
-
 from rpent.bringup import NodeSpec, recorder
 from rpent_agent.observer import RobotObserver
-from rpent_contract.client import GoalRun, RobotClient
+from rpent_contract.client import ActionClient, GoalRun, RobotClient
 from rpent_contract.processes import LoggedProcess
 from rpent_interfaces.action import RunTask
 from rpent_interfaces.msg import TaskStatus
