@@ -9,6 +9,8 @@ import pytest
 
 from robots import ROBOTS, RobotUnderTest
 
+from rpent_contract.client import spin_in_thread
+
 
 @dataclass
 class RobotSession:
@@ -82,8 +84,7 @@ def probe_node(robot):
     node = rclpy.create_node("contract_probe")
     executor = SingleThreadedExecutor()
     executor.add_node(node)
-    thread = threading.Thread(target=executor.spin, daemon=True)
-    thread.start()
+    thread = spin_in_thread(executor, "contract-probe")
     yield node
     executor.shutdown()
     thread.join(5)

@@ -38,6 +38,7 @@ class OperatorConsole:
         import rclpy
         from rclpy.executors import SingleThreadedExecutor
 
+        from rpent_contract.client import spin_in_thread
         from rpent_contract.qos import LATCHED_QOS
         from rpent_contract.robot_node import ANSWER_SERVICE, REQUESTS_TOPIC
         from rpent_interfaces.msg import OperatorRequests
@@ -58,8 +59,7 @@ class OperatorConsole:
         self._answer_type = AnswerOperator
         self._executor = SingleThreadedExecutor()
         self._executor.add_node(self.node)
-        self._spin = threading.Thread(target=self._executor.spin, daemon=True)
-        self._spin.start()
+        self._spin = spin_in_thread(self._executor, "operator")
 
     def _on_requests(self, msg) -> None:
         with self._changed:

@@ -21,6 +21,7 @@ import rclpy
 from action_msgs.msg import GoalStatus
 from rclpy.action import ActionClient as _RclpyActionClient
 from rclpy.action.client import ClientGoalHandle
+from rclpy.exceptions import InvalidHandle
 from rclpy.executors import MultiThreadedExecutor
 from std_srvs.srv import Trigger
 from unique_identifier_msgs.msg import UUID
@@ -54,6 +55,28 @@ STATUS_NAMES = {
 
 class ContractTimeout(TimeoutError):
     """The robot did not answer in time."""
+
+
+def spin_in_thread(executor, name: str = "spin") -> threading.Thread:
+    """Spin ``executor`` on a daemon thread of its own until the executor is shut down.
+
+    rclpy's ``spin()`` ends with InvalidHandle when another thread destroys an entity (a
+    subscription, through its QoS event handler; an action client) while the executor
+    builds its wait set (ros2/rclpy#1142). Every answer the process waits for would then
+    wait for ever, and a loaded machine hit it. The next wait set no longer holds the
+    destroyed entity, so spinning resumes.
+    """
+    def spin():
+        while True:
+            try:
+                executor.spin()
+                return
+            except InvalidHandle:
+                continue
+
+    thread = threading.Thread(target=spin, name=name, daemon=True)
+    thread.start()
+    return thread
 
 
 def wait_future(future, timeout: float, what: str):
@@ -271,8 +294,7 @@ class RobotClient:
         self._segment = n.create_client(Segment, SEGMENT_SERVICE)
         # Last: a signal that interrupts the constructor leaves no spinning thread behind,
         # which would abort the process when the interpreter exits.
-        self._spin = threading.Thread(target=self._executor.spin, daemon=True)
-        self._spin.start()
+        self._spin = spin_in_thread(self._executor, "robot-client")
 
     # --- life cycle ----------------------------------------------------------------------
     def wait_ready(self, timeout: float) -> GetRobotInfo.Response:

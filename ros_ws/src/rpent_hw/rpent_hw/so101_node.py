@@ -208,6 +208,7 @@ class SO101Driver(ArmDriver):
         self._cycle = threading.Condition(self._lock)
         self._cycles = 0
         self._target: Optional[np.ndarray] = None  # LeRobot units; None = write nothing
+        self._hold_here = False  # next cycle: the target becomes what that cycle reads
         self.cycle_times: list[float] = []  # s per read+write cycle, for the bench
         try:
             self._open_cameras()
@@ -250,6 +251,8 @@ class SO101Driver(ArmDriver):
             present = self._read_present()
             measured_ns = time.time_ns()
             with self._lock:
+                if self._hold_here:
+                    self._target, self._hold_here = present.copy(), False
                 target = self._target
                 if self._fault:
                     # Answering again: hold here rather than resume a stale target.
@@ -324,6 +327,7 @@ class SO101Driver(ArmDriver):
     def _command(self, target_deg: np.ndarray) -> None:
         with self._lock:
             self._target = np.asarray(target_deg, float).copy()
+            self._hold_here = False
 
     # --- RobotDriver -----------------------------------------------------------------------
     @property
@@ -435,7 +439,8 @@ class SO101Driver(ArmDriver):
         closing = goal < present[5] - GRIPPER_TOLERANCE
         self._approve(f"gripper to {width:.3f} m", motion)
         with self._lock:
-            arm = (self._target if self._target is not None else present)[:5]
+            held = self._target is None or self._hold_here
+            arm = (present if held else self._target)[:5]
         self._command(np.append(arm, goal))
         steps, still, deadline = 0, 0, time.monotonic() + self._settle_timeout
         try:
@@ -470,8 +475,9 @@ class SO101Driver(ArmDriver):
     def hold(self) -> None:
         with self._lock:
             self._handover = None
-            if self._target is not None:
-                self._target = self._present.copy()
+            # Where the servos are at the next read, not at the last one: moving, they are
+            # up to a control step past that, and holding there would send them back.
+            self._hold_here = self._target is not None
 
     def reset(self, request: ResetRequest, motion: Motion) -> Optional[RobotSnapshot]:
         self._refuse_task_fields(request, "it moves the arm to home")
