@@ -1,5 +1,5 @@
 # Entry points; see README.md.
-.PHONY: setup setup-all run test test-fast clean
+.PHONY: setup setup-all run test test-fast test-all clean
 
 # The main job: a LIBERO task end to end, headless (extra arguments: make run ARGS="task_id:=3")
 run: setup
@@ -13,11 +13,17 @@ setup:
 setup-all:
 	scripts/setup.sh --all
 
+# CI: every behaviour, one whole episode per path (see README, "Tests")
 test: setup-all
-	scripts/run_tests.sh
+	scripts/run_tests.sh -m "not matrix"
 
+# No simulated episode
 test-fast: setup-all
 	scripts/run_tests.sh -m "not slow"
+
+# The full matrix: every provider's whole episode too
+test-all: setup-all
+	scripts/run_tests.sh
 
 clean:
 	rm -rf ros_ws/build ros_ws/install ros_ws/log .venv

@@ -277,6 +277,7 @@ def test_observe_says_when_the_robot_node_is_gone(rclpy_context, node_factory, t
     assert "end effector: position" in stale.text  # the last state, marked as old
 
 
+@pytest.mark.slow
 def test_code_as_policy_picks_and_places_and_finishes(robot, tmp_path):
     """In code mode the model is offered run_code (and the operator requests); a snippet
     that loops the pick-and-place waypoints reaches native success, a second one reads it

@@ -284,6 +284,7 @@ def test_goals_beyond_max_goals_are_refused_and_waiting_ones_cancel(svc, fake_ro
 
 # --- inference and streams --------------------------------------------------------------------
 
+@pytest.mark.serial  # the next goal has 1.5 s
 def test_an_inference_that_times_out_does_not_block_the_next_goal(svc):
     model, _backend, _proc = svc
     status, result = model.send(single(HANG, timeout=1.0)).result(30)

@@ -104,6 +104,7 @@ def test_a_busy_dashboard_port_ends_the_run_with_the_reason(tmp_path):
     assert "dashboard      :" not in out, "the summary names a dashboard that never ran"
 
 
+@pytest.mark.serial  # two whole runs at once load both cores themselves
 def test_two_namespaced_runs_share_one_action_model(node_factory, tmp_path):
     robots_file = ROOT / "config" / "robots.yaml"
     runs = {ns: start("libero_sim", f"namespace:={ns}", "action_model:=/action_model",

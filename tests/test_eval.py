@@ -17,7 +17,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-pytestmark = pytest.mark.slow
+# Two evaluation workers load both cores themselves (and must finish within the timeout).
+pytestmark = [pytest.mark.slow, pytest.mark.serial]
 
 
 class Eval:

@@ -16,6 +16,16 @@ from rpent_contract.processes import wait_until
 
 # The robot node publishes these with the same stamp every control tick.
 STAMPED_TOGETHER = ("/robot_state", "/joint_states", "/ee_pose", "/camera/agentview/image_raw")
+# Counts what a 20 Hz robot published in a few seconds: run alone on the machine.
+pytestmark = pytest.mark.serial
+
+
+def _matched_by(node, publisher, subscriber_node: str) -> bool:
+    """``publisher`` has matched every subscription the graph shows on its topic, one of
+    them ``subscriber_node``'s (so also that one, whatever else still listens there)."""
+    subs = node.get_subscriptions_info_by_topic(publisher.topic_name)
+    return (any(s.node_name == subscriber_node for s in subs)
+            and publisher.get_subscription_count() >= len(subs))
 
 
 def test_libero_run_recording_survives_robot_crash_and_sigint(rclpy_context, node_factory,
@@ -51,7 +61,11 @@ def test_libero_run_recording_survives_robot_crash_and_sigint(rclpy_context, nod
                       "/predict/_action/feedback"):
             wait_until(lambda: f"recording {topic} [" in recorder.log_tail(100), 120,
                        what=f"the recorder to subscribe {topic}")
-        time.sleep(1.0)  # let the subscriptions match the publishers
+        # The recorder subscribes once it sees a publisher; what it publishes from now on
+        # reaches it only once each of these publishers has matched its subscription.
+        for pub in (events, log, feedback, markers):
+            wait_until(lambda: _matched_by(node, pub, "recorder"), 30,
+                       what=f"the recorder's subscription to match {pub.topic_name}")
         markers.publish(SceneMarkers("base_link").update_target(
             Time(sec=1), {"x": 0.4, "y": 0.1, "z": 0.3, "rpy": [3.14, 0.0, 0.0]}))
         for i in range(10):

@@ -14,7 +14,8 @@ from action_msgs.msg import GoalStatus
 from rpent_contract.client import ContractTimeout, RobotClient
 from rpent_interfaces.action import MoveTo
 
-pytestmark = pytest.mark.slow
+# Progress within 1.5 s, a timeout noticed within 5 s: wall-clock bounds, run alone.
+pytestmark = [pytest.mark.slow, pytest.mark.serial]
 
 
 @pytest.fixture(scope="module")

@@ -26,7 +26,9 @@ SUCCEEDED, ABORTED = GoalStatus.STATUS_SUCCEEDED, GoalStatus.STATUS_ABORTED
 ARM = ("shoulder_pan", "shoulder_lift", "elbow_flex", "wrist_flex", "wrist_roll")
 START = {"shoulder_lift": -30.0, "elbow_flex": 30.0, "wrist_flex": 60.0}
 
-pytestmark = pytest.mark.slow
+# Chunk boundaries within 2.5 control periods and a cancel held within one control step:
+# measured alone on the machine.
+pytestmark = [pytest.mark.slow, pytest.mark.serial]
 
 
 @pytest.fixture(scope="module")

@@ -45,7 +45,9 @@ WRIST = "fr3_hand 0.05 0.0 0.04 0.0 0.0 0.7071068 0.7071068"
 # SO-101: a scene camera fixed in front of the robot, looking back at it.
 SCENE = "base_link 0.6 0.0 0.3 0.5 -0.5 0.5 -0.5"
 
-pytestmark = pytest.mark.slow
+# The emulated SO-101 bus answers its start-up ping within LeRobot's packet timeout only
+# on an otherwise idle machine: run alone.
+pytestmark = [pytest.mark.slow, pytest.mark.serial]
 
 
 def _ns(stamp) -> int:

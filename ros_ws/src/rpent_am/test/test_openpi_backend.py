@@ -129,6 +129,7 @@ def test_server_down_says_what_to_check(server):
         OpenPIBackend("127.0.0.1", port, action_space=SPACE, connect_timeout=2.0)
 
 
+@pytest.mark.serial  # given up within 2 s of a 0.5 s timeout
 def test_missing_handshake_times_out(server):
     srv = server(handshake_delay=3.0)
     start = time.monotonic()
@@ -137,6 +138,7 @@ def test_missing_handshake_times_out(server):
     assert time.monotonic() - start < 2.0
 
 
+@pytest.mark.serial  # given up within 1.8 s of a 0.5 s timeout
 def test_inference_timeout_then_reconnects(server):
     calls = []
 

@@ -213,6 +213,7 @@ def test_server_error_message_is_passed_on(peer):
         RpentHttpBackend(p.endpoint, action_space=SPACE, chunk_size=5)
 
 
+@pytest.mark.serial  # given up within 1.8 s of a 0.5 s timeout
 def test_timeout(peer):
     p = peer(answer_predict({"actions": np.zeros((10, 7)).tolist()}), delay=2.0)
     be = RpentHttpBackend(p.endpoint, action_space=SPACE, chunk_size=5, timeout=0.5)

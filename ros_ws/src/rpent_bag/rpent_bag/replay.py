@@ -54,8 +54,11 @@ def _qos_from_bag(conn, depth: int):
 
 def replay(node, bag_path, rate: float = 1.0, topics: Optional[Iterable[str]] = None,
            start_delay: float = 1.0, should_stop: Callable[[], bool] = lambda: False,
-           pubs: Optional[dict] = None) -> dict:
+           pubs: Optional[dict] = None, subscribers: int = 0) -> dict:
     """Publish the bag from ``node``; return messages published per topic.
+
+    Before the first message: with ``subscribers``, wait until every topic has that many
+    (at most ``start_delay`` s); without, wait ``start_delay`` s for whoever comes.
 
     ``pubs`` (topic -> publisher) is filled and reused, so looping keeps one publisher.
     """
@@ -73,7 +76,10 @@ def replay(node, bag_path, rate: float = 1.0, topics: Optional[Iterable[str]] = 
                 raise bagfile.BagError(f"cannot republish {conn.topic}: {err}") from None
             pubs[conn.topic] = node.create_publisher(cls, conn.topic, _qos_from_bag(conn, 10))
         # Give subscribers time to match before the first message (DDS discovery).
-        time.sleep(start_delay)
+        deadline = time.monotonic() + start_delay
+        while time.monotonic() < deadline and not (subscribers and all(
+                pubs[c.topic].get_subscription_count() >= subscribers for c in conns)):
+            time.sleep(0.01)
         pacer = Pacer(rate)
         for conn, stamp, data in bagfile.messages(reader, conns):
             if should_stop():
@@ -91,7 +97,10 @@ def main(argv=None) -> int:
     parser.add_argument("--topics", nargs="+", help="only these topics (default: all)")
     parser.add_argument("--loop", action="store_true", help="start over at the end")
     parser.add_argument("--start-delay", type=float, default=1.0,
-                        help="s to wait for subscribers before the first message")
+                        help="s to wait for subscribers before the first message (with "
+                             "--subscribers: at most)")
+    parser.add_argument("--subscribers", type=int, default=0,
+                        help="start as soon as every topic has this many subscribers")
     args, ros_args = parser.parse_known_args(argv)
     if not args.rate > 0:
         parser.error("--rate must be > 0")
@@ -105,7 +114,8 @@ def main(argv=None) -> int:
     pubs: dict = {}
     try:
         while True:
-            counts = replay(node, args.bag, args.rate, args.topics, args.start_delay, pubs=pubs)
+            counts = replay(node, args.bag, args.rate, args.topics, args.start_delay, pubs=pubs,
+                            subscribers=args.subscribers)
             node.get_logger().info("replayed " + ", ".join(f"{t}: {n}" for t, n in counts.items()))
             if not args.loop:
                 # Reliable subscribers may still be fetching the last messages: exiting now

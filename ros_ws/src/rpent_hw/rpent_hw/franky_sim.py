@@ -57,10 +57,16 @@ def main(argv=None) -> None:
 
 
 def free_loopback_address(rng: Optional[random.Random] = None) -> str:
-    """A 127.0.0.x address whose franky ports (1337, 1338) are free."""
+    """A 127.0.0.x address whose franky ports (1337, 1338) are free; pytest-xdist worker N
+    draws from 127.0.N+1.x instead, so two workers never race for one address between this
+    check and franky-sim binding it."""
+    from rpent_contract.processes import xdist_worker_index
+
     rng = rng or random.Random()
+    index = xdist_worker_index()
+    subnet = 0 if index is None else 1 + index % 254
     for _ in range(50):
-        host = f"127.0.0.{rng.randint(2, 250)}"
+        host = f"127.0.{subnet}.{rng.randint(2, 250)}"
         try:
             for port in (1337, 1338):
                 with socket.socket() as s:

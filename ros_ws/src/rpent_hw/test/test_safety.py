@@ -91,6 +91,7 @@ def test_velocity_scale_scales_the_dynamics_factor():
         layer(velocity_scale=1.5)
 
 
+@pytest.mark.serial  # fed every 0.1 s against a 0.2 s timeout
 def test_watchdog_fires_once_when_not_fed_and_never_when_fed():
     fired = []
     dog = Watchdog(0.2, fired.append)

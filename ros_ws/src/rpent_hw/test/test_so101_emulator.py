@@ -8,6 +8,7 @@ import time
 import numpy as np
 import pytest
 
+from rpent_contract.processes import wait_until
 from rpent_hw.feetech_emulator import FeetechBusEmulator, _checksum, so101_calibration
 
 
@@ -64,7 +65,9 @@ def test_sync_write_moves_servos_toward_goal_and_sync_read_reports_it(bus):
     start = emulator.present_steps("elbow_flex")
     goal = start + 300
     os.write(fd, _packet(0xFE, 0x83, [42, 2, 3, goal & 0xFF, goal >> 8]))  # SYNC_WRITE
-    time.sleep(0.3)  # 300 steps at ~3000 steps/s
+    # The broadcast gets no answer: the servo reaching its goal is what says it was taken.
+    wait_until(lambda: emulator.present_steps("elbow_flex") == goal, 5,
+               what="elbow_flex reaching its goal")
     os.write(fd, _packet(0xFE, 0x82, [56, 2, 1, 3]))  # SYNC_READ servos 1 and 3
     reply = _reply(fd, 16)
     assert len(reply) == 16 and reply[2] == 1 and reply[10] == 3
