@@ -21,7 +21,9 @@ import yaml
 
 from dataset_bags import Episode, copy_bag, record_episodes, write_bag
 from rpent import export_dataset
+from rpent.cli import main as rpent_main
 from rpent.export_dataset import ExportConfig, ExportError, export, plan_episodes, read_run
+from rpent_bag.latency import Step, chunk_latencies, read_bag
 
 CAMERAS = ("agentview", "robot0_eye_in_hand")
 
@@ -189,6 +191,36 @@ def test_a_ros2_bag_record_sqlite_bag_exports_the_same(recorded, png_dataset, tm
                     *(f"observation.images.{c}" for c in CAMERAS)):
             assert np.array_equal(a[key].numpy(), b[key].numpy()), (i, key)
         assert a["task"] == b["task"]
+
+
+@pytest.mark.slow
+def test_rpent_latency_times_every_applied_chunk_of_the_recording(recorded, capsys):
+    bag, truths = recorded
+    steps, inference, period = read_bag(bag)
+    chunks = chunk_latencies(steps, inference)
+    assert period == pytest.approx(0.05), "the chunks' step period is LIBERO's 20 Hz"
+    # Every step the executor saw executed belongs to one timed chunk.
+    assert sum(c.steps for c in chunks) == sum(len(t.actions) for t in truths)
+    for c in chunks:
+        assert c.observation < c.produced <= c.received <= c.first_applied, c
+        assert c.inference_ms is not None and c.inference_ms >= 0, c
+    assert rpent_main(["latency", str(bag), "--chunks"]) == 0
+    out = capsys.readouterr().out
+    assert f"{len(chunks)} chunks applied, control period 50.0 ms" in out
+    assert "observation -> first step applied" in out and "inference + one period" in out
+
+
+def test_chunk_latencies_group_steps_by_chunk_and_skip_steps_no_model_made():
+    ms = 1_000_000
+    steps = [Step(applied=130 * ms, observation=10 * ms, produced=60 * ms, received=70 * ms),
+             Step(applied=80 * ms, observation=10 * ms, produced=60 * ms, received=70 * ms),
+             Step(applied=90 * ms, observation=0, produced=0, received=85 * ms),  # move_to
+             Step(applied=200 * ms, observation=120 * ms, produced=170 * ms,
+                  received=180 * ms)]
+    first, second = chunk_latencies(steps, {60 * ms: 45.0})
+    assert (first.first_applied, first.steps, first.total_ms) == (80 * ms, 2, 70.0)
+    assert first.inference_ms == 45.0 and second.inference_ms is None
+    assert (second.first_applied, second.steps) == (200 * ms, 1)
 
 
 @pytest.mark.slow

@@ -2,6 +2,7 @@
 
     rpent eval ...      success rates over LIBERO suites (rpent eval --help)
     rpent export-dataset BAGS... --out DIR   recorded runs to a LeRobot dataset
+    rpent latency BAG   the control loop's latency per action chunk of a recorded run
     rpent operator ...  answer the agent's requests to the operator (rpent operator --help)
     rpent start ...     a bring-up without ros2 launch (rpent start --list)
 """
@@ -15,6 +16,8 @@ COMMANDS = {
                                "suites, in parallel, resumable"),
     "export-dataset": ("rpent.export_dataset", "recorded runs (bags) to a LeRobot dataset for "
                                                "training"),
+    "latency": ("rpent_bag.latency", "the control loop's latency per action chunk of a "
+                                     "recorded run (observation -> chunk -> first step)"),
     "operator": ("rpent.operator", "answer the agent's requests to the person at the robot "
                                    "(verdicts, scene resets)"),
     "start": ("rpent.start", "start a bring-up without ros2 launch"),

@@ -2,6 +2,8 @@
 
 Frames are taken from the camera topics when the robot's episode step advances, so the
 video shows the motion at the control rate and skips the time the planner spends thinking.
+A camera slower than the control rate (``camera_rate``) has its frames held over the steps
+between them, so the video still lasts as long as the motion did.
 """
 from __future__ import annotations
 
@@ -29,14 +31,19 @@ class EpisodeVideo:
         if not images or step == self._last_step:
             return
         with self._lock:
-            self._last_step = step
-            if len(self._frames) >= self.max_frames:
-                self.dropped += 1
+            last, self._last_step = self._last_step, step
+            # The steps since the last frame; a new episode (a lower step) starts afresh.
+            repeat = step - last if last is not None and step > last else 1
+            room = self.max_frames - len(self._frames)
+            if repeat > room:
+                self.dropped += repeat - max(room, 0)
+                repeat = room
+            if repeat <= 0:
                 return
             height = max(im.shape[0] for im in images.values())
             tiles = [im if im.shape[0] == height else cv2.resize(
                 im, (int(im.shape[1] * height / im.shape[0]), height)) for im in images.values()]
-            self._frames.append(np.concatenate(tiles, axis=1))
+            self._frames.extend([np.concatenate(tiles, axis=1)] * repeat)
 
     def __len__(self) -> int:
         return len(self._frames)

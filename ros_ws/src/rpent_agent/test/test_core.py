@@ -141,9 +141,15 @@ def test_transcript_and_video_files(tmp_path):
     for step in (1, 1, 2, 3):  # a repeated step (robot idle) adds no frame
         video.offer(step, frame)
     assert len(video) == 3
+    # A camera slower than the control rate: its frame holds over the steps it skipped, so
+    # the video lasts as long as the motion.
+    video.offer(6, frame)
+    assert len(video) == 6
+    video.offer(2, frame)  # a new episode starts afresh
+    assert len(video) == 7
     out = video.write(tmp_path / "episode.mp4")
     cap = cv2.VideoCapture(str(out))
-    assert int(cap.get(cv2.CAP_PROP_FRAME_COUNT)) == 3
+    assert int(cap.get(cv2.CAP_PROP_FRAME_COUNT)) == 7
     assert int(cap.get(cv2.CAP_PROP_FRAME_WIDTH)) == 64  # cameras side by side
     cap.release()
     assert EpisodeVideo(fps=20).write(tmp_path / "none.mp4") is None

@@ -24,6 +24,7 @@ from __future__ import annotations
 import threading
 import time
 import traceback
+from collections import OrderedDict
 from typing import Optional
 
 import numpy as np
@@ -33,8 +34,10 @@ from rclpy.callback_groups import ReentrantCallbackGroup
 from rclpy.exceptions import InvalidNamespaceException
 from rclpy.executors import ExternalShutdownException, SingleThreadedExecutor
 from rclpy.node import Node
+from rclpy.publisher import Publisher
 from rclpy.validate_namespace import validate_namespace
 from sensor_msgs.msg import Image
+from std_msgs.msg import Empty
 from tf2_msgs.msg import TFMessage
 
 from rpent_contract import params
@@ -42,8 +45,8 @@ from rpent_contract.control_space import ControlSpaceSpec, array_to_chunk
 from rpent_contract.geometry import pose_from_msg, stamp_to_ns
 from rpent_contract.images import image_to_numpy, to_rgb
 from rpent_contract.node_main import run_node
-from rpent_contract.qos import STATE_QOS, TF_STATIC_QOS, camera_sub_qos
-from rpent_contract.robot_node import OBJECT_POSES_SERVICE
+from rpent_contract.qos import STATE_QOS, TF_STATIC_QOS, TRIGGER_QOS, camera_sub_qos
+from rpent_contract.robot_node import CAMERA_TRIGGER_TOPIC, OBJECT_POSES_SERVICE
 from rpent_contract.serving import action_server, service
 from rpent_contract.validation import GoalRejected, check_chunk, check_timeout
 from rpent_interfaces.action import Predict
@@ -81,6 +84,12 @@ SOURCE_LINGER_S = 30.0
 # How long a goal waits for the ROS graph to show a robot_state publisher before it
 # concludes that no robot runs in the namespace it named.
 DISCOVERY_S = 3.0
+# Measurements kept per robot to pair a state with the frames stamped like it; a frame
+# arrives within a few states of its own.
+PAIRING_DEPTH = 32
+# A frame request (camera/trigger) sent before the robot matched the request publisher is
+# lost: waiting goals repeat it this often, s.
+TRIGGER_REPEAT_S = 0.1
 HOUSEKEEPING_S = 5.0
 # How long a finished goal (its request, images included, and its result) is kept for its
 # client to fetch. rclpy's default, 15 min, held ~100 kB per goal with two 128x128 images:
@@ -134,7 +143,11 @@ class ObservationHub:
         self._wake.trigger()  # waiting on the old wait set, the thread would not see them
         return subs
 
+    def advertise(self, msg_type, topic: str, qos) -> Publisher:
+        return self.node.create_publisher(msg_type, topic, qos)
+
     def unsubscribe(self, subs) -> None:
+        """Destroy subscriptions (and publishers) on the hub's thread."""
         with self._lock:
             self._doomed.extend(subs)
         self._wake.trigger()
@@ -142,8 +155,11 @@ class ObservationHub:
     def _drop_doomed(self) -> None:
         with self._lock:
             doomed, self._doomed = self._doomed, []
-        for sub in doomed:
-            self.node.destroy_subscription(sub)
+        for entity in doomed:
+            if isinstance(entity, Publisher):
+                self.node.destroy_publisher(entity)
+            else:
+                self.node.destroy_subscription(entity)
 
     def close(self) -> None:
         self._executor.shutdown(timeout_sec=2.0)
@@ -152,7 +168,13 @@ class ObservationHub:
 
 
 class LatestObservation:
-    """The newest robot_state and camera frames of one robot, as a PolicyObservation.
+    """The newest robot_state of one robot with its camera frames, as a PolicyObservation.
+
+    A frame belongs to the state stamped like it: a robot node stamps the frames of a
+    measurement with that measurement's time, and a simulator renders only the states
+    someone looks at, so the newest state may have no frames yet. A camera whose frames
+    never carry a state's stamp (another driver's, on its own clock) gives its newest.
+    A goal waiting for frames asks the robot for them on ``camera/trigger``.
 
     ``users`` counts the goals reading it; the node destroys its subscriptions when none
     does (at once when the robot never published, else after SOURCE_LINGER_S).
@@ -163,7 +185,9 @@ class LatestObservation:
         self._node, self._hub = node, hub
         self._lock = threading.Condition()
         self._state: Optional[RobotState] = None
-        self._images: dict = {}
+        self._states: OrderedDict = OrderedDict()  # stamp (ns) -> RobotState, oldest first
+        self._images: dict = {c: OrderedDict() for c in cameras}  # camera -> stamp -> Image
+        self._paired: set = set()  # cameras whose frames carry their state's stamp
         self._closed = False
         self._max_age_ns = int(max_age * 1e9)
         self.state_topic = _ns(namespace, "robot_state")
@@ -172,6 +196,8 @@ class LatestObservation:
              camera_sub_qos(node, topic))
             for cam, topic in ((c, _ns(namespace, f"camera/{c}/image_raw")) for c in cameras)]
         self._subs = hub.subscribe(topics)
+        self._trigger = hub.advertise(Empty, _ns(namespace, CAMERA_TRIGGER_TOPIC), TRIGGER_QOS) \
+            if cameras else None
         self.namespace = namespace
         self.users = 0
         self.idle_since = time.monotonic()
@@ -181,8 +207,11 @@ class LatestObservation:
         return self._state is not None
 
     def _on_state(self, msg):
+        stamp = stamp_to_ns(msg.header.stamp)
         with self._lock:
             self._state = msg
+            _keep(self._states, stamp, msg)
+            self._paired.update(c for c, frames in self._images.items() if stamp in frames)
             self._lock.notify_all()
 
     def close(self) -> None:
@@ -190,12 +219,34 @@ class LatestObservation:
         with self._lock:
             self._closed = True
             self._lock.notify_all()
-        self._hub.unsubscribe(self._subs)
-        self._subs = []
+        self._hub.unsubscribe(self._subs + ([self._trigger] if self._trigger else []))
+        self._subs, self._trigger = [], None
 
     def _on_image(self, cam, msg):
+        stamp = stamp_to_ns(msg.header.stamp)
         with self._lock:
-            self._images[cam] = msg
+            _keep(self._images[cam], stamp, msg)
+            if stamp in self._states:
+                self._paired.add(cam)
+            self._lock.notify_all()
+
+    def _observed(self, after_ns: int, cameras):
+        """(state, camera -> Image) of the newest state after ``after_ns`` with all its
+        frames, or None."""
+        for stamp in reversed(self._states):
+            if stamp <= after_ns:
+                return None
+            frames = {}
+            for cam in cameras:
+                held = self._images[cam]
+                frame = held.get(stamp) if cam in self._paired else \
+                    next(reversed(held.values()), None)
+                if frame is None:
+                    break
+                frames[cam] = frame
+            else:
+                return self._states[stamp], frames
+        return None
 
     def _age_ns(self, state) -> int:
         return self._node.get_clock().now().nanoseconds - stamp_to_ns(state.header.stamp)
@@ -210,12 +261,16 @@ class LatestObservation:
         where = self.namespace or "the node's namespace"
 
         def ready():
-            s = self._state
-            return s is not None and stamp_to_ns(s.header.stamp) > after_ns and \
-                self._age_ns(s) <= self._max_age_ns and all(c in self._images for c in cameras)
+            found = self._observed(after_ns, cameras)
+            return found if found is not None and self._age_ns(found[0]) <= self._max_age_ns \
+                else None
 
+        asked = 0.0
         with self._lock:
-            while not ready():
+            while (found := ready()) is None:
+                if self._trigger is not None and time.monotonic() - asked >= TRIGGER_REPEAT_S:
+                    self._trigger.publish(Empty())
+                    asked = time.monotonic()
                 if self._closed:
                     raise ObservationError("the model node is shutting down")
                 if cancel.is_set():
@@ -230,8 +285,8 @@ class LatestObservation:
                 left = deadline - now
                 if left <= 0:
                     raise ObservationError(self._why_not_ready(after_ns, cameras, timeout, where))
-                self._lock.wait(min(left, 0.5))
-            state, images = self._state, dict(self._images)
+                self._lock.wait(min(left, TRIGGER_REPEAT_S if self._trigger else 0.5))
+        state, images = found
         return PolicyObservation(
             images={c: to_rgb(image_to_numpy(images[c]), images[c].encoding) for c in cameras},
             state=state_from_robot_state(state, state_names, self._hub.frames,
@@ -248,11 +303,17 @@ class LatestObservation:
                     f"({self._max_age_ns / 1e9:g} s), and no fresher one came within "
                     f"{timeout:g} s: the robot is disconnected or stalled, or its clock is "
                     "not this node's; check ros2 topic hz robot_state in its namespace")
-        missing = [c for c in cameras if c not in self._images]
+        missing = [c for c in cameras if not self._images[c]]
         return (f"no fresh robot_state{' and camera images' if cameras else ''} from "
                 f"the robot in {where} within {timeout:g} s"
                 f"{' (no image yet from ' + ', '.join(missing) + ')' if missing else ''}; "
                 "is the robot node running (ros2 topic hz robot_state)?")
+
+
+def _keep(held: OrderedDict, stamp: int, msg) -> None:
+    held[stamp] = msg
+    while len(held) > PAIRING_DEPTH:
+        held.popitem(last=False)
 
 
 class ActionModelNode(Node):

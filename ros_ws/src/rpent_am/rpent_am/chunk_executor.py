@@ -261,6 +261,11 @@ class ChunkExecutor:
             remainder = remainder[: max(0, max_steps - len(steps_so_far))]
             goal = ExecuteChunk.Goal(stop_on_success=stop_on_success)
             array_to_chunk(remainder, chunk.control_space, goal.chunk)
+            # Which observation and which model answer the steps come from: the robot
+            # reports both with every executed step, for the loop's latency.
+            goal.chunk.header.stamp = chunk.header.stamp
+            goal.chunk.observation_stamp = chunk.observation_stamp
+            goal.chunk.inference_ms = chunk.inference_ms
             run = self.robot.send("execute_chunk", goal, feedback=self._step_cb(wake, stamps,
                                                                                 state))
             with wake:

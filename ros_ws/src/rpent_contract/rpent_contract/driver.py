@@ -8,6 +8,7 @@ worker thread and hands calls to it.
 """
 from __future__ import annotations
 
+import enum
 import threading
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
@@ -100,6 +101,8 @@ class RobotDescription:
     max_chunk_steps: int = 1000
     sim_services: Sequence[str] = ()
     depth_camera_names: Sequence[str] = ()  # cameras that also publish an aligned depth image
+    # A simulator that renders a state's frames only when someone looks (see FrameDemand)
+    frames_on_demand: bool = False
 
 
 class Motion:
@@ -179,6 +182,15 @@ class GripperOutcome:
     message: str = ""
 
 
+class FrameDemand(enum.IntEnum):
+    """Who looks at a simulator's cameras at the state it is about to measure, so that it
+    renders only frames someone uses (rendering costs far more than physics on a CPU)."""
+
+    NONE = 0       # nobody: render nothing
+    WATCHED = 1    # camera subscribers: frames at the camera's own rate (``camera_rate``)
+    REQUESTED = 2  # a consumer asked for this measurement's frames (``camera/trigger``)
+
+
 @dataclass
 class ResetRequest:
     suite: str = ""
@@ -222,6 +234,15 @@ class RobotDriver(ABC):
         it passes the safety layer and approval, reports ``motion.feedback`` and, once
         ``motion`` is stopped, halts within a control period and returns None (no new
         episode)."""
+
+    def on_frame_demand(self, demand: Callable[[], FrameDemand]) -> None:
+        """A simulator that renders on demand calls ``demand()`` before each measurement it
+        makes and renders that state's frames only when someone looks. Drivers whose
+        cameras run by themselves (real arms) ignore it."""
+
+    def render(self) -> RobotSnapshot:
+        """The current state with its camera frames (``frames_on_demand`` drivers)."""
+        raise NotImplementedError("this robot's cameras run by themselves")
 
     def state_in_space(self, space_name: str) -> Optional[np.ndarray]:
         """Current state in an absolute control space's columns (anchors its step limits)."""

@@ -37,6 +37,12 @@ def camera_sub_qos(node, topic: str) -> QoSProfile:
     return CAMERA_SUB_QOS
 
 
+# camera/trigger: a request for the next measurement's frames; reliable, so none is lost
+# to a busy machine, and one pending request is as good as many.
+TRIGGER_QOS = QoSProfile(
+    history=HistoryPolicy.KEEP_LAST, depth=1,
+    reliability=ReliabilityPolicy.RELIABLE, durability=DurabilityPolicy.VOLATILE,
+)
 # Latched: a late subscriber (the agent, a recorder) still learns the current task.
 LATCHED_QOS = QoSProfile(
     history=HistoryPolicy.KEEP_LAST, depth=1,

@@ -24,7 +24,7 @@ from rclpy.action import CancelResponse, GoalResponse
 from rclpy.callback_groups import MutuallyExclusiveCallbackGroup, ReentrantCallbackGroup
 from rclpy.node import Node
 from sensor_msgs.msg import CameraInfo, Image, JointState
-from std_msgs.msg import Header, String
+from std_msgs.msg import Empty, Header, String
 from std_srvs.srv import Trigger
 from tf2_msgs.msg import TFMessage
 
@@ -49,14 +49,14 @@ from rpent_interfaces.srv import (
 from . import params
 from .control_space import chunk_to_array
 from .description import RobotModel
-from .driver import Motion, ResetRequest, RobotDriver, RobotSnapshot
+from .driver import FrameDemand, Motion, ResetRequest, RobotDriver, RobotSnapshot
 from .geometry import WORLD_FRAME, pose_from_msg, pose_to_msg
 from .images import numpy_to_image
 from .motion import MotionArbiter
 from .node_main import run_node
 from .operator import SCENE_RESET, VERDICT, Answer, OperatorDesk
 from .perception import fill_segment_response
-from .qos import EXECUTED_QOS, IMAGE_QOS, LATCHED_QOS, STATE_QOS, TF_QOS
+from .qos import EXECUTED_QOS, IMAGE_QOS, LATCHED_QOS, STATE_QOS, TF_QOS, TRIGGER_QOS
 from .serving import action_server, service
 from .validation import (
     GoalRejected,
@@ -74,6 +74,9 @@ VERDICT_ACTION = "operator/request_verdict"
 SCENE_RESET_ACTION = "operator/request_scene_reset"
 ANSWER_SERVICE = "operator/answer"
 REQUESTS_TOPIC = "operator/requests"
+# A consumer that needs the frames of the robot's next measurement (a model about to
+# predict) asks here; a simulator then renders that state even if its cameras are idle.
+CAMERA_TRIGGER_TOPIC = "camera/trigger"
 # Longest a stepping simulator's unchanged state goes unpublished, in s: watchers call a
 # robot silent after 2 s, and a step normally takes far less, so repeats are rare.
 HEARTBEAT_S = 0.5
@@ -216,9 +219,18 @@ class RobotContractNode(Node):
                                          IMAGE_QOS))
             for name in desc.depth_camera_names
         }
+        self._camera_topics = [self.resolve_topic_name(pub.topic_name) for pubs in (
+            *self._image_pubs.values(), *self._depth_pubs.values()) for pub in pubs]
+        self._frames_asked = threading.Event()
+        if desc.frames_on_demand:
+            self.create_subscription(Empty, CAMERA_TRIGGER_TOPIC,
+                                     lambda _msg: self._frames_asked.set(), TRIGGER_QOS)
+            self.driver.on_frame_demand(self._frame_demand)
         self._tf_pub = self.create_publisher(TFMessage, "/tf", TF_QOS)
         self._published_ns: Optional[int] = None  # measurement last sent on /tf
         self._published_step: Optional[tuple] = None  # a simulator's last: (step, when)
+        # The timer and a motion's rendered steps both publish measurements.
+        self._publish_lock = threading.Lock()
         self._stale = False
         # Latched like tf2's static broadcaster and robot_state_publisher's description.
         self._tf_static_pub = self.create_publisher(TFMessage, "/tf_static", LATCHED_QOS)
@@ -352,12 +364,39 @@ class RobotContractNode(Node):
                 raise
             # Shut down (Ctrl-C) under a tick: its publishers are gone, nothing is lost.
 
-    def _publish_measurement(self) -> None:
-        """Everything stamped with the time the state was measured. A measurement older than
-        state_timeout is not republished as if it were current: robot_state says so (keeping
-        that time) and the other topics wait for a new one."""
-        snap, mode = self.driver.snapshot(), self._mode
-        if snap.stamp_ns is None:
+    def _watched(self) -> bool:
+        return any(self.count_subscribers(topic) for topic in self._camera_topics)
+
+    def _frame_demand(self) -> FrameDemand:
+        if self._frames_asked.is_set():
+            self._frames_asked.clear()
+            return FrameDemand.REQUESTED
+        return FrameDemand.WATCHED if self._watched() else FrameDemand.NONE
+
+    def _publish_measurement(self, snap: Optional[RobotSnapshot] = None) -> None:
+        """Everything stamped with the time the state was measured (the driver's newest, or
+        ``snap``, a step a motion rendered). A measurement older than state_timeout is not
+        republished as if it were current: robot_state says so (keeping that time) and the
+        other topics wait for a new one."""
+        with self._publish_lock:
+            self._publish_locked(snap)
+
+    def _publish_locked(self, rendered: Optional[RobotSnapshot]) -> None:
+        snap = rendered if rendered is not None else self.driver.snapshot()
+        mode = self._mode
+        watched = self._watched()
+        if self.description.frames_on_demand and rendered is None and \
+                mode != RobotState.MODE_MOVING and not snap.images and (
+                    watched or self._frames_asked.is_set()):
+            # At rest nothing renders in a step: the state holds, so its frames are made now.
+            self._frames_asked.clear()
+            snap = self.driver.render()
+        if rendered is not None:
+            step = (snap.task.episode_id, snap.episode_step)
+            if self._published_step is not None and self._published_step[0] == step:
+                return  # the timer was first
+            self._published_step = (step, time.monotonic())
+        elif snap.stamp_ns is None:
             # A simulator between steps: while a motion steps it, the next step is the next
             # measurement, and sending the same one again under a newer stamp only costs the
             # stepping thread time and every subscriber (a model predicts once per state it
@@ -431,7 +470,7 @@ class RobotContractNode(Node):
             transforms += [
                 self._transform(stamp, p + t.parent, p + t.child, t.position, t.orientation)
                 for t in self.model.moving_transforms(positions) if t.child != self._ee_link]
-        for name, frame in snap.images.items():
+        for name, frame in (snap.images if watched else {}).items():
             pubs = self._image_pubs.get(name)
             if pubs is None:
                 continue
@@ -505,6 +544,15 @@ class RobotContractNode(Node):
     def _run_motion(self, goal_handle, label: str, feedback, body):
         """Run ``body(motion)`` for a goal as the only motion; return (outcome, stop reason
         or None)."""
+        if self.description.frames_on_demand:
+            step_feedback = feedback
+
+            def feedback(s: RobotSnapshot, step: int):
+                # A rendered step goes out at once: the timer publishes only the newest
+                # state, which may be a later step without frames.
+                if s.images:
+                    self._publish_measurement(s)
+                step_feedback(s, step)
         motion = Motion(feedback, continuous=label == "execute_chunk")
         with self._cancellable(goal_handle, motion):
             return self._exclusive(motion, label, body)
@@ -559,6 +607,7 @@ class RobotContractNode(Node):
 
     # --- execute_chunk -----------------------------------------------------------------
     def _execute_chunk(self, goal_handle):
+        received = self.get_clock().now().to_msg()
         goal, result = goal_handle.request, ExecuteChunk.Result()
         try:
             actions = chunk_to_array(goal.chunk)
@@ -582,7 +631,9 @@ class RobotContractNode(Node):
             done = ExecutedAction(episode_id=s.task.episode_id,
                                   episode_step=max(0, int(s.episode_step) - 1),
                                   control_space=space.name,
-                                  action=[float(v) for v in actions[step]])
+                                  action=[float(v) for v in actions[step]],
+                                  observation_stamp=goal.chunk.observation_stamp,
+                                  chunk_stamp=goal.chunk.header.stamp, chunk_received=received)
             done.header.stamp, done.header.frame_id = now, space.frame_id
             self._executed_pub.publish(done)
             fb = ExecuteChunk.Feedback()

@@ -25,6 +25,7 @@ from rpent_contract.control_space import ControlSpaceSpec
 from rpent_contract.driver import (
     CameraImage,
     ChunkOutcome,
+    FrameDemand,
     GripperOutcome,
     Motion,
     MoveOutcome,
@@ -86,17 +87,22 @@ class LiberoDriver(RobotDriver):
     def __init__(self, *, suite: str, task_id: int, seed: int, init_state_index: int,
                  cameras, image_height: int, image_width: int, render_quality: str,
                  max_episode_steps: int, real_time: bool, privileged: bool = True,
-                 base_frame: str = "base_link"):
+                 base_frame: str = "base_link", camera_rate: float = 0.0):
         self._worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="libero-sim")
         self._real_time = real_time
         self._privileged = privileged
         self._lock = threading.Lock()
+        # Until a node says who looks, every due step is rendered.
+        self._demand = lambda: FrameDemand.WATCHED
         self._sim: LiberoSim = self._call(
             LiberoSim, suite=suite, task_id=task_id, seed=seed,
             init_state_index=init_state_index, cameras=cameras, image_height=image_height,
             image_width=image_width, render_quality=render_quality,
             max_episode_steps=max_episode_steps)
         self._max_episode_steps = max_episode_steps
+        # Simulated time, like a real camera's frame rate: a frame every this many steps.
+        rate = float(self._sim.control_rate_hz)
+        self._frame_every = max(1, round(rate / camera_rate)) if camera_rate > 0 else 1
         self._description = RobotDescription(
             embodiment="libero_panda",
             simulated=True,
@@ -111,9 +117,10 @@ class LiberoDriver(RobotDriver):
             sim_services=[OBJECT_POSES_SERVICE, SEGMENT_SERVICE] if privileged
             else [SEGMENT_SERVICE],
             depth_camera_names=list(self._sim.camera_names),
+            frames_on_demand=True,
         )
         self._episode_id = ""
-        self._latest = self._new_episode(self._call(self._sim.reset))
+        self._call(lambda: self._new_episode(self._sim.observe(render=True)))
 
     # --- plumbing ------------------------------------------------------------------------
     def _call(self, fn, *args, **kwargs):
@@ -123,9 +130,15 @@ class LiberoDriver(RobotDriver):
         self._episode_id = uuid.uuid4().hex[:12]
         return self._update(obs)
 
+    def _frames_due(self, step: int) -> bool:
+        """Whether the state after ``step`` steps is rendered: asked for, or watched and at
+        the camera's rate. Called on the simulator's thread, just before it measures."""
+        demand = self._demand()
+        return demand == FrameDemand.REQUESTED or (
+            demand == FrameDemand.WATCHED and step % self._frame_every == 0)
+
     def _update(self, obs: SimObservation) -> RobotSnapshot:
         sim = self._sim
-        previous = self._latest.images if hasattr(self, "_latest") else {}
         success = bool(obs.success) and self._privileged
         snap = RobotSnapshot(
             joint_names=self._description.joint_names,
@@ -135,10 +148,10 @@ class LiberoDriver(RobotDriver):
             gripper_width=float(obs.gripper_width),
             episode_step=obs.step,
             base_in_world=obs.base_in_world,
-            # A step without rendering keeps showing the last rendered frames.
+            # Only this state's own frames: a step nobody looked at has none.
             images={name: CameraImage(f.rgb, f.fx, f.fy, f.cx, f.cy, depth=f.depth,
                                       position=f.position, orientation=f.orientation)
-                    for name, f in obs.images.items()} or previous,
+                    for name, f in obs.images.items()},
             task=TaskInfo(
                 instruction=sim.instruction, suite=sim.suite, task_name=sim.task_name,
                 task_id=sim.task_id, episode_id=self._episode_id,
@@ -150,9 +163,14 @@ class LiberoDriver(RobotDriver):
             self._latest = snap
         return snap
 
+    def _advance(self, action: np.ndarray) -> RobotSnapshot:
+        # On the simulator's thread, so snapshots are made in the order of the states.
+        return self._update(self._sim.step(action, render=self._frames_due(
+            self._sim.step_count + 1)))
+
     def _step(self, action: np.ndarray, motion: Motion, index: int) -> RobotSnapshot:
         started = time.monotonic()
-        snap = self._update(self._call(self._sim.step, action))
+        snap = self._call(self._advance, action)
         motion.feedback(snap, index)
         if self._real_time:
             time.sleep(max(0.0, 1.0 / self._description.control_rate
@@ -170,6 +188,12 @@ class LiberoDriver(RobotDriver):
     def snapshot(self) -> RobotSnapshot:
         with self._lock:
             return self._latest
+
+    def on_frame_demand(self, demand) -> None:
+        self._demand = demand
+
+    def render(self) -> RobotSnapshot:
+        return self._call(lambda: self._update(self._sim.observe(render=True)))
 
     def execute_chunk(self, space, actions, motion, stop_on_success) -> ChunkOutcome:
         snap, done = self._latest, 0
@@ -243,12 +267,12 @@ class LiberoDriver(RobotDriver):
         # Instant: the simulator sets its state; there is no motion to stop.
         if request.suite and request.suite != self._sim.suite:
             self._call(self._switch_suite, request)
-        obs = self._call(
-            self._sim.reset,
+        # On the simulator's thread, so no snapshot of the new state goes out under the old
+        # episode.
+        return self._call(lambda: self._new_episode(self._sim.reset(
             task_id=None if request.task_id < 0 else request.task_id,
             init_state_index=None if request.init_state_index < 0 else request.init_state_index,
-            seed=None if request.seed < 0 else request.seed)
-        return self._new_episode(obs)
+            seed=None if request.seed < 0 else request.seed, render=self._frames_due(0))))
 
     def _switch_suite(self, request: ResetRequest) -> None:
         old = self._sim
@@ -329,6 +353,11 @@ class LiberoNode(RobotContractNode):
                          "Offer the simulator's object poses and native success to the agent; "
                          "false runs the task as on a real arm (success is then only in "
                          "task_status.native_success, for evaluation)"),
+            camera_rate=d("camera_rate", 0.0,
+                          "Camera frame rate in Hz of simulated time, as a real camera's; "
+                          "0 = every control step. Frames are rendered only for steps "
+                          "someone looks at (a camera subscriber, a camera/trigger)",
+                          params.non_negative),
             base_frame=self.base_frame,
         )
 

@@ -326,6 +326,7 @@ class LiberoSim:
         init_state_index: int | None = None,
         seed: int | None = None,
         settle_steps: int = 15,
+        render: bool = True,
     ) -> SimObservation:
         """Load a benchmark initial state and let the objects settle.
 
@@ -333,6 +334,7 @@ class LiberoSim:
         same episode start. Changing task_id rebuilds the MuJoCo model (seconds).
         `settle_steps` no-op actions (gripper open) are stepped without rendering
         because LIBERO's initial states are not at rest; the step counter is then 0.
+        ``render``: whether the returned observation carries camera frames.
         """
         # Everything is checked before anything changes: a refused reset leaves the
         # current task and episode as they were.
@@ -367,7 +369,7 @@ class LiberoSim:
         for _ in range(int(settle_steps)):
             env.step(settle)
         self._step_count = 0
-        return self.observe(render=True)
+        return self.observe(render=render)
 
     def step(self, action: np.ndarray, render: bool = True) -> SimObservation:
         """Apply one native OSC_POSE action for one control period (1/20 s)."""
