@@ -356,9 +356,9 @@ class RobotContractNode(Node):
             self._tf_static_pub.publish(TFMessage(transforms=transforms))
 
     # --- publishing ----------------------------------------------------------------------
-    def _publish_state(self) -> None:
+    def _publish_state(self, render: bool = True) -> None:
         try:
-            self._publish_measurement()
+            self._publish_measurement(render=render)
         except Exception:
             if self.context.ok():
                 raise
@@ -373,19 +373,21 @@ class RobotContractNode(Node):
             return FrameDemand.REQUESTED
         return FrameDemand.WATCHED if self._watched() else FrameDemand.NONE
 
-    def _publish_measurement(self, snap: Optional[RobotSnapshot] = None) -> None:
+    def _publish_measurement(self, snap: Optional[RobotSnapshot] = None,
+                             render: bool = True) -> None:
         """Everything stamped with the time the state was measured (the driver's newest, or
         ``snap``, a step a motion rendered). A measurement older than state_timeout is not
         republished as if it were current: robot_state says so (keeping that time) and the
-        other topics wait for a new one."""
+        other topics wait for a new one. ``render``: at rest, render the frames watchers
+        miss (a simulator that renders on demand)."""
         with self._publish_lock:
-            self._publish_locked(snap)
+            self._publish_locked(snap, render)
 
-    def _publish_locked(self, rendered: Optional[RobotSnapshot]) -> None:
+    def _publish_locked(self, rendered: Optional[RobotSnapshot], render: bool) -> None:
         snap = rendered if rendered is not None else self.driver.snapshot()
         mode = self._mode
         watched = self._watched()
-        if self.description.frames_on_demand and rendered is None and \
+        if self.description.frames_on_demand and rendered is None and render and \
                 mode != RobotState.MODE_MOVING and not snap.images and (
                     watched or self._frames_asked.is_set()):
             # At rest nothing renders in a step: the state holds, so its frames are made now.
@@ -555,7 +557,12 @@ class RobotContractNode(Node):
                 step_feedback(s, step)
         motion = Motion(feedback, continuous=label == "execute_chunk")
         with self._cancellable(goal_handle, motion):
-            return self._exclusive(motion, label, body)
+            outcome = self._exclusive(motion, label, body)
+        # The state the motion ended in goes out before its result: a client that reads
+        # robot_state once answered sees where the arm is, not a step of the way (a
+        # simulator steps faster than the state timer ticks). Frames follow on the timer.
+        self._publish_state(render=False)
+        return outcome
 
     @contextlib.contextmanager
     def _cancellable(self, goal_handle, motion: Motion):
