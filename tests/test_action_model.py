@@ -27,6 +27,10 @@ from rpent_interfaces.action import Predict
 from rpent_interfaces.msg import ControlSpace, RobotState
 from rpent_interfaces.srv import GetRobotInfo
 
+# Streams on a free-running simulator: a robot that renders nothing steps faster than a
+# loaded machine delivers chunks, and a remainder cut at the executor (not at the robot's
+# goal start) then repeats steps; run alone until the robot aligns chunks itself.
+pytestmark = pytest.mark.serial
 SOUP = "pick the alphabet soup and place it in the basket"
 BUTTER = "pick the butter and place it in the basket"
 
@@ -210,15 +214,15 @@ def test_executor_streams_the_expert_to_native_success(stack):
     states = []
     sub = robot.node.create_subscription(RobotState, "robot_state", states.append, STATE_QOS)
     started = time.monotonic()
-    # The timeout bounds the time without a step, not the run: at 20 Hz or slower, the
-    # run's 100+ steps take well over it.
+    # The timeout bounds the time without a step, not the run: the run's 100+ steps take
+    # well over it, even on a simulator that renders nothing and steps as fast as it can.
     try:
-        report = ChunkExecutor(robot, model).run(SOUP, max_steps=400, timeout=4.0,
+        report = ChunkExecutor(robot, model).run(SOUP, max_steps=400, timeout=1.5,
                                                  client_id="executor")
     finally:
         robot.node.destroy_subscription(sub)
     assert report.outcome == "task_success", report.message
-    assert time.monotonic() - started > 4.0
+    assert time.monotonic() - started > 1.5
     assert report.task_success and report.chunks_executed > 5
     assert report.chunks_stale == 0 and report.chunks_rejected == 0
     # While the simulator moves, each step is one measurement: the same step again under a

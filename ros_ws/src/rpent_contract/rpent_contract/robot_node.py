@@ -384,6 +384,10 @@ class RobotContractNode(Node):
             self._publish_locked(snap, render)
 
     def _publish_locked(self, rendered: Optional[RobotSnapshot], render: bool) -> None:
+        # Read the clock before the state: a simulator's state is stamped "now", and a step it
+        # takes in between must count as after the observation (a streamed chunk drops it as
+        # executed), never as before it (the chunk would repeat it).
+        now_ns = self.get_clock().now().nanoseconds
         snap = rendered if rendered is not None else self.driver.snapshot()
         mode = self._mode
         watched = self._watched()
@@ -410,7 +414,6 @@ class RobotContractNode(Node):
                     mode == RobotState.MODE_MOVING:
                 return
             self._published_step = (step, sent)
-        now_ns = self.get_clock().now().nanoseconds
         measured_ns = now_ns if snap.stamp_ns is None else int(snap.stamp_ns)
         stamp = _stamp_ns(measured_ns)
         age = (now_ns - measured_ns) / 1e9
