@@ -169,7 +169,9 @@ RPENT_ENV_NO_WORKSPACE=1 source "$ROOT/scripts/env.sh"
 # The PyPI wheels lack tf2_msgs: build its message from ros_ws/pypi_ros. A sourced distro
 # has its own, which must not be shadowed.
 BASE_PATHS=(src)
-[ -n "${ROS_DISTRO:-}" ] || BASE_PATHS+=(pypi_ros)
+CMAKE_ARGS=(-DBUILD_TESTING=OFF -DPython3_EXECUTABLE="$VPY" -DPYTHON_EXECUTABLE="$VPY")
+# Nothing built on the PyPI wheels is C++: message packages skip their C++ type supports.
+[ -n "${ROS_DISTRO:-}" ] || { BASE_PATHS+=(pypi_ros); CMAKE_ARGS+=(-DRPENT_PYTHON_TYPESUPPORT_ONLY=ON); }
 h=$(cd "$ROOT/ros_ws" && find "${BASE_PATHS[@]}" -type f -not -name '*.pyc' -print0 | sort -z | xargs -0 sha256sum | stage_hash /dev/stdin)
 if stage_done colcon "$h" && [ -f "$ROOT/ros_ws/install/setup.bash" ]; then
   say "workspace build up to date"
@@ -177,7 +179,7 @@ else
   say "building ros_ws with colcon"
   (cd "$ROOT/ros_ws" && "$VENV/bin/colcon" build --symlink-install --base-paths "${BASE_PATHS[@]}" \
       --event-handlers console_cohesion- status- summary+ \
-      --cmake-args -DBUILD_TESTING=OFF -DPython3_EXECUTABLE="$VPY" -DPYTHON_EXECUTABLE="$VPY") \
+      --cmake-args "${CMAKE_ARGS[@]}") \
     || die "colcon build failed (log above; full logs in ros_ws/log/latest_build)"
   stage_mark colcon "$h"
 fi
