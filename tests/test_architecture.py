@@ -27,7 +27,8 @@ MAY_IMPORT = {
 
 # ARCHITECTURE.md, "Plain-Python cores": modules that import no rclpy, not even lazily.
 PLAIN_CORES = (
-    "rpent_contract.driver", "rpent_contract.validation", "rpent_contract.control_space",
+    "rpent_contract.names", "rpent_contract.driver", "rpent_contract.validation",
+    "rpent_contract.control_space",
     "rpent_contract.motion", "rpent_contract.geometry", "rpent_contract.description",
     "rpent_contract.images", "rpent_contract.operator", "rpent_contract.perception",
     "rpent_env_sim.libero_sim", "rpent_env_sim.cartesian_controller", "rpent_env_sim.mjcf_urdf",

@@ -20,7 +20,7 @@ from rpent_contract.geometry import stamp_to_ns
 from rpent_contract.images import image_to_numpy
 from rpent_contract.processes import wait_until
 from rpent_contract.qos import IMAGE_QOS, STATE_QOS, TRIGGER_QOS
-from rpent_contract.robot_node import CAMERA_TRIGGER_TOPIC
+from rpent_contract.names import CAMERA_TRIGGER_TOPIC
 from rpent_env_sim.libero_sim import LiberoSim
 from rpent_interfaces.msg import RobotState
 

@@ -38,6 +38,7 @@ from rpent_am.observation import POSE_STATE, ObservationError, state_from_robot_
 from rpent_bag import bagfile
 from rpent_bag.video import image_rgb, recorded_fps
 from rpent_contract.extras import MissingExtra, require
+from rpent_contract.names import ROBOT_STATE_TOPIC, TASK_STATUS_TOPIC
 
 IMAGE_STORAGE = ("video", "png")
 IMAGE_FEATURE = "observation.images."
@@ -217,8 +218,8 @@ def _topics(reader, namespace: Optional[str], bag: Path) -> dict:
     chunks = [c for c in by_type.get(CHUNK_TYPE, [])
               if c.topic.endswith("predict/_action/feedback") and c.msgcount]
     return {
-        "state": one("robot_state", ROBOT_STATE_TYPE, "there are no observations"),
-        "task": one("task_status", TASK_STATUS_TYPE, "episodes and instructions are unknown"),
+        "state": one(ROBOT_STATE_TOPIC, ROBOT_STATE_TYPE, "there are no observations"),
+        "task": one(TASK_STATUS_TOPIC, TASK_STATUS_TYPE, "episodes and instructions are unknown"),
         "executed": one_executed(),
         "chunk": chunks,
         "cameras": cameras,

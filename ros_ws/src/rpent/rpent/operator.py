@@ -40,7 +40,7 @@ class OperatorConsole:
 
         from rpent_contract.client import spin_in_thread
         from rpent_contract.qos import LATCHED_QOS
-        from rpent_contract.robot_node import ANSWER_SERVICE, REQUESTS_TOPIC
+        from rpent_contract.names import ANSWER_SERVICE, REQUESTS_TOPIC
         from rpent_interfaces.msg import OperatorRequests
         from rpent_interfaces.srv import AnswerOperator
 

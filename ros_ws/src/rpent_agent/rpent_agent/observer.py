@@ -10,6 +10,7 @@ from sensor_msgs.msg import Image
 
 from rpent_contract.geometry import stamp_to_ns
 from rpent_contract.images import image_to_numpy, to_rgb
+from rpent_contract.names import ROBOT_STATE_TOPIC, TASK_STATUS_TOPIC, camera_topic
 from rpent_contract.processes import wait_until
 from rpent_contract.qos import LATCHED_QOS, STATE_QOS, camera_sub_qos
 from rpent_interfaces.msg import RobotState, TaskStatus
@@ -31,11 +32,11 @@ class RobotObserver:
         self.camera_names = list(camera_names)
         self.video = video
         self._subs = [
-            node.create_subscription(RobotState, "robot_state", self._on_state, STATE_QOS),
-            node.create_subscription(TaskStatus, "task_status", self._on_task, LATCHED_QOS),
-        ] + [node.create_subscription(Image, f"camera/{name}/image_raw",
+            node.create_subscription(RobotState, ROBOT_STATE_TOPIC, self._on_state, STATE_QOS),
+            node.create_subscription(TaskStatus, TASK_STATUS_TOPIC, self._on_task, LATCHED_QOS),
+        ] + [node.create_subscription(Image, camera_topic(name),
                                       lambda msg, n=name: self._on_image(n, msg),
-                                      camera_sub_qos(node, f"camera/{name}/image_raw"))
+                                      camera_sub_qos(node, camera_topic(name)))
              for name in self.camera_names]
 
     def _on_state(self, msg):
@@ -90,7 +91,7 @@ class RobotObserver:
         age = time.monotonic() - self._state_at
         if age <= self.stale_after:
             return None
-        if self._node.count_publishers("robot_state") == 0:
+        if self._node.count_publishers(ROBOT_STATE_TOPIC) == 0:
             return (f"the robot node is gone (nothing publishes robot_state): the robot "
                     f"state and images are {age:.1f} s old. Restart the robot node")
         return (f"robot state is {age:.1f} s old (it should arrive every "

@@ -22,7 +22,7 @@ import numpy as np
 from action_msgs.msg import GoalStatus
 
 from rpent_contract.client import ContractTimeout
-from rpent_contract.robot_node import OBJECT_POSES_SERVICE
+from rpent_contract.names import OBJECT_POSES_SERVICE
 
 from .code_policy import CodeRunner
 from .code_sandbox import PRELOADED

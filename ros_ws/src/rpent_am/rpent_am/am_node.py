@@ -46,7 +46,13 @@ from rpent_contract.geometry import pose_from_msg, stamp_to_ns
 from rpent_contract.images import image_to_numpy, to_rgb
 from rpent_contract.node_main import run_node
 from rpent_contract.qos import STATE_QOS, TF_STATIC_QOS, TRIGGER_QOS, camera_sub_qos
-from rpent_contract.robot_node import CAMERA_TRIGGER_TOPIC, OBJECT_POSES_SERVICE
+from rpent_contract.names import (
+    CAMERA_TRIGGER_TOPIC,
+    GET_ROBOT_INFO_SERVICE,
+    OBJECT_POSES_SERVICE,
+    ROBOT_STATE_TOPIC,
+    camera_topic,
+)
 from rpent_contract.serving import action_server, service
 from rpent_contract.validation import GoalRejected, check_chunk, check_timeout
 from rpent_interfaces.action import Predict
@@ -186,11 +192,11 @@ class LatestObservation:
         self._paired: set = set()  # cameras whose frames carry their state's stamp
         self._closed = False
         self._max_age_ns = int(max_age * 1e9)
-        self.state_topic = _ns(namespace, "robot_state")
+        self.state_topic = _ns(namespace, ROBOT_STATE_TOPIC)
         topics = [(RobotState, self.state_topic, self._on_state, STATE_QOS)] + [
             (Image, topic, lambda msg, cam=cam: self._on_image(cam, msg),
              camera_sub_qos(node, topic))
-            for cam, topic in ((c, _ns(namespace, f"camera/{c}/image_raw")) for c in cameras)]
+            for cam, topic in ((c, _ns(namespace, camera_topic(c))) for c in cameras)]
         self._subs = hub.subscribe(topics)
         self._trigger = hub.advertise(Empty, _ns(namespace, CAMERA_TRIGGER_TOPIC), TRIGGER_QOS) \
             if cameras else None
@@ -396,7 +402,7 @@ class ActionModelNode(Node):
             self.destroy_client(client)
 
     def _robot_space(self, space_name: str):
-        info = self._call(GetRobotInfo, "get_robot_info", self.robot_wait, "action model")
+        info = self._call(GetRobotInfo, GET_ROBOT_INFO_SERVICE, self.robot_wait, "action model")
         for space in info.control_spaces:
             if space.name == space_name:
                 return ControlSpaceSpec.from_msg(space), info.control_rate

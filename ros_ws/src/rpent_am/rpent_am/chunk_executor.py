@@ -28,6 +28,7 @@ from action_msgs.msg import GoalStatus
 
 from rpent_contract.control_space import array_to_chunk
 from rpent_contract.geometry import stamp_to_ns
+from rpent_contract.names import EXECUTE_CHUNK_ACTION
 from rpent_interfaces.action import ExecuteChunk
 
 from .client import ActionModelClient, ChunkRejected
@@ -266,7 +267,7 @@ class ChunkExecutor:
             goal.chunk.header.stamp = chunk.header.stamp
             goal.chunk.observation_stamp = chunk.observation_stamp
             goal.chunk.inference_ms = chunk.inference_ms
-            run = self.robot.send("execute_chunk", goal, feedback=self._step_cb(wake, stamps,
+            run = self.robot.send(EXECUTE_CHUNK_ACTION, goal, feedback=self._step_cb(wake, stamps,
                                                                                 state))
             with wake:
                 report.boundaries.append(len(stamps))

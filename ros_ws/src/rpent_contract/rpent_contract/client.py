@@ -42,10 +42,17 @@ from .control_space import array_to_chunk
 from .geometry import pose_from_msg, pose_to_msg
 from .perception import detections_from_response
 from .qos import REQUEST_QOS
-from .robot_node import (
+from .names import (
+    EXECUTE_CHUNK_ACTION,
+    GET_ROBOT_INFO_SERVICE,
+    GRIPPER_COMMAND_ACTION,
+    MOVE_TO_ACTION,
     OBJECT_POSES_SERVICE,
+    RESET_EPISODE_ACTION,
+    RESET_SERVICE,
     SCENE_RESET_ACTION,
     SEGMENT_SERVICE,
+    STOP_SERVICE,
     VERDICT_ACTION,
 )
 
@@ -311,12 +318,12 @@ def next_message(node, msg_type, topic: str, qos, timeout: float):
 
 # The robot contract's actions, by name.
 ROBOT_ACTIONS = {
-    "execute_chunk": ExecuteChunk,
-    "move_to": MoveTo,
-    "gripper_command": GripperCommand,
+    EXECUTE_CHUNK_ACTION: ExecuteChunk,
+    MOVE_TO_ACTION: MoveTo,
+    GRIPPER_COMMAND_ACTION: GripperCommand,
     VERDICT_ACTION: RequestOperatorVerdict,
     SCENE_RESET_ACTION: RequestSceneReset,
-    "reset_episode": ResetEpisodeAction,
+    RESET_EPISODE_ACTION: ResetEpisodeAction,
 }
 
 
@@ -346,9 +353,9 @@ class RobotClient:
         n = self.node
         self._actions = {name: ActionClient(n, ROBOT_ACTIONS[name], name)
                          for name in (ROBOT_ACTIONS if actions is None else actions)}
-        self._reset = n.create_client(ResetEpisode, "reset")
-        self._info = n.create_client(GetRobotInfo, "get_robot_info")
-        self._stop = n.create_client(Trigger, "stop")
+        self._reset = n.create_client(ResetEpisode, RESET_SERVICE)
+        self._info = n.create_client(GetRobotInfo, GET_ROBOT_INFO_SERVICE)
+        self._stop = n.create_client(Trigger, STOP_SERVICE)
         self._poses = n.create_client(GetObjectPoses, OBJECT_POSES_SERVICE)
         self._segment = n.create_client(Segment, SEGMENT_SERVICE)
         # Last: a signal that interrupts the constructor leaves no spinning thread behind,
@@ -360,8 +367,8 @@ class RobotClient:
         """Wait until every contract endpoint is up; return the robot's description."""
         deadline = self.node.get_clock().now().nanoseconds + int(timeout * 1e9)
         remaining = lambda: max(0.1, (deadline - self.node.get_clock().now().nanoseconds) / 1e9)  # noqa: E731
-        for name, client in (("get_robot_info", self._info), ("reset", self._reset),
-                             ("stop", self._stop)):
+        for name, client in ((GET_ROBOT_INFO_SERVICE, self._info), (RESET_SERVICE, self._reset),
+                             (STOP_SERVICE, self._stop)):
             if not client.wait_for_service(timeout_sec=remaining()):
                 raise ContractTimeout(f"service '{name}' not available after {timeout:g} s")
         for name, client in self._actions.items():
@@ -386,16 +393,16 @@ class RobotClient:
         return wait_future(client.call_async(request), timeout, what)
 
     def info(self, timeout: float = 10.0) -> GetRobotInfo.Response:
-        return self._call(self._info, GetRobotInfo.Request(), timeout, "get_robot_info")
+        return self._call(self._info, GetRobotInfo.Request(), timeout, GET_ROBOT_INFO_SERVICE)
 
     def reset(self, suite: str = "", task_id: int = -1, seed: int = -1,
               init_state_index: int = -1, timeout: float = 60.0) -> ResetEpisode.Response:
         request = ResetEpisode.Request(suite=suite, task_id=task_id, seed=seed,
                                        init_state_index=init_state_index)
-        return self._call(self._reset, request, timeout, "reset", repeatable=False)
+        return self._call(self._reset, request, timeout, RESET_SERVICE, repeatable=False)
 
     def stop(self, timeout: float = 5.0) -> Trigger.Response:
-        return self._call(self._stop, Trigger.Request(), timeout, "stop")
+        return self._call(self._stop, Trigger.Request(), timeout, STOP_SERVICE)
 
     def object_poses(self, timeout: float = 10.0) -> dict:
         """Sim only: name -> (position, quaternion xyzw) in the base frame."""
@@ -423,7 +430,7 @@ class RobotClient:
                       feedback=None, timeout: float = 120.0):
         goal = ExecuteChunk.Goal(stop_on_success=stop_on_success)
         array_to_chunk(np.asarray(actions, dtype=np.float64), control_space, goal.chunk)
-        return self.send("execute_chunk", goal, feedback).result_while_progressing(timeout)
+        return self.send(EXECUTE_CHUNK_ACTION, goal, feedback).result_while_progressing(timeout)
 
     def move_to(self, position: Sequence[float], orientation: Optional[Sequence[float]] = None,
                 feedback=None, timeout: float = 120.0, **options):
@@ -431,11 +438,11 @@ class RobotClient:
         goal = MoveTo.Goal(position_only=orientation is None, **options)
         pose_to_msg(position, orientation if orientation is not None else (0, 0, 0, 1),
                     goal.target.pose)
-        return self.send("move_to", goal, feedback).result_while_progressing(timeout)
+        return self.send(MOVE_TO_ACTION, goal, feedback).result_while_progressing(timeout)
 
     def gripper(self, width: float, max_effort: float = 0.0, timeout: float = 60.0):
         goal = GripperCommand.Goal(position=float(width), max_effort=float(max_effort))
-        return self.send("gripper_command", goal).result_while_progressing(timeout)
+        return self.send(GRIPPER_COMMAND_ACTION, goal).result_while_progressing(timeout)
 
     # --- operator requests ---------------------------------------------------------------
     # While a person decides, the robot sends feedback every second; ``idle_timeout`` only

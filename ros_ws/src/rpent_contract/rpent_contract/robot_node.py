@@ -53,6 +53,30 @@ from .driver import FrameDemand, Motion, ResetRequest, RobotDriver, RobotSnapsho
 from .geometry import WORLD_FRAME, pose_from_msg, pose_to_msg
 from .images import numpy_to_image
 from .motion import MotionArbiter
+from .names import (
+    ANSWER_SERVICE,
+    CAMERA_TRIGGER_TOPIC,
+    EE_POSE_TOPIC,
+    EXECUTE_CHUNK_ACTION,
+    EXECUTED_ACTIONS_TOPIC,
+    GET_ROBOT_INFO_SERVICE,
+    GRIPPER_COMMAND_ACTION,
+    JOINT_STATES_TOPIC,
+    MOVE_TO_ACTION,
+    OBJECT_POSES_SERVICE,
+    REQUESTS_TOPIC,
+    RESET_EPISODE_ACTION,
+    RESET_SERVICE,
+    ROBOT_DESCRIPTION_TOPIC,
+    ROBOT_STATE_TOPIC,
+    SCENE_RESET_ACTION,
+    SEGMENT_SERVICE,
+    STOP_SERVICE,
+    TASK_STATUS_TOPIC,
+    VERDICT_ACTION,
+    camera_topic,
+    optical_frame,
+)
 from .node_main import run_node
 from .operator import SCENE_RESET, VERDICT, Answer, OperatorDesk
 from .perception import fill_segment_response
@@ -68,22 +92,9 @@ from .validation import (
     check_timeout,
 )
 
-OBJECT_POSES_SERVICE = "sim/get_object_poses"
-SEGMENT_SERVICE = "sim/segment"
-VERDICT_ACTION = "operator/request_verdict"
-SCENE_RESET_ACTION = "operator/request_scene_reset"
-ANSWER_SERVICE = "operator/answer"
-REQUESTS_TOPIC = "operator/requests"
-# A consumer that needs the frames of the robot's next measurement (a model about to
-# predict) asks here; a simulator then renders that state even if its cameras are idle.
-CAMERA_TRIGGER_TOPIC = "camera/trigger"
 # Longest a stepping simulator's unchanged state goes unpublished, in s: watchers call a
 # robot silent after 2 s, and a step normally takes far less, so repeats are rare.
 HEARTBEAT_S = 0.5
-
-
-def optical_frame(camera: str) -> str:
-    return f"{camera}_optical_frame"
 
 
 def default_frame_prefix(namespace: str) -> str:
@@ -196,26 +207,26 @@ class RobotContractNode(Node):
         self._goal_motions: dict[bytes, Motion] = {}
         self._goal_lock = threading.Lock()
 
-        self._joint_pub = self.create_publisher(JointState, "joint_states", STATE_QOS)
-        self._pose_pub = self.create_publisher(PoseStamped, "ee_pose", STATE_QOS)
-        self._state_pub = self.create_publisher(RobotState, "robot_state", STATE_QOS)
-        self._task_pub = self.create_publisher(TaskStatus, "task_status", LATCHED_QOS)
+        self._joint_pub = self.create_publisher(JointState, JOINT_STATES_TOPIC, STATE_QOS)
+        self._pose_pub = self.create_publisher(PoseStamped, EE_POSE_TOPIC, STATE_QOS)
+        self._state_pub = self.create_publisher(RobotState, ROBOT_STATE_TOPIC, STATE_QOS)
+        self._task_pub = self.create_publisher(TaskStatus, TASK_STATUS_TOPIC, LATCHED_QOS)
         # Every step an execute_chunk goal carries out, reliably: a recording must hold
         # each one for a dataset to pair it with its observation.
-        self._executed_pub = self.create_publisher(ExecutedAction, "executed_actions",
+        self._executed_pub = self.create_publisher(ExecutedAction, EXECUTED_ACTIONS_TOPIC,
                                                    EXECUTED_QOS)
         self._last_task: Optional[tuple] = None
         self._task_lock = threading.Lock()  # the timer and the reset service both publish
         self._image_pubs = {
-            name: (self.create_publisher(Image, f"camera/{name}/image_raw", IMAGE_QOS),
-                   self.create_publisher(CameraInfo, f"camera/{name}/camera_info", IMAGE_QOS))
+            name: (self.create_publisher(Image, camera_topic(name), IMAGE_QOS),
+                   self.create_publisher(CameraInfo, camera_topic(name, "camera_info"), IMAGE_QOS))
             for name in desc.camera_names
         }
         # Aligned depth as camera drivers publish it (REP-118: 32FC1 in m, 0/NaN unknown),
         # with its own camera_info so depth-only consumers need nothing else.
         self._depth_pubs = {
-            name: (self.create_publisher(Image, f"camera/{name}/depth/image_raw", IMAGE_QOS),
-                   self.create_publisher(CameraInfo, f"camera/{name}/depth/camera_info",
+            name: (self.create_publisher(Image, camera_topic(name, "depth/image_raw"), IMAGE_QOS),
+                   self.create_publisher(CameraInfo, camera_topic(name, "depth/camera_info"),
                                          IMAGE_QOS))
             for name in desc.depth_camera_names
         }
@@ -235,7 +246,7 @@ class RobotContractNode(Node):
         # Latched like tf2's static broadcaster and robot_state_publisher's description.
         self._tf_static_pub = self.create_publisher(TFMessage, "/tf_static", LATCHED_QOS)
         if self.model is not None:
-            self._description_pub = self.create_publisher(String, "robot_description",
+            self._description_pub = self.create_publisher(String, ROBOT_DESCRIPTION_TOPIC,
                                                           LATCHED_QOS)
             self._description_pub.publish(String(data=self.model.urdf))
         self._world: Optional[tuple] = None  # base_in_world last sent on /tf_static
@@ -253,10 +264,10 @@ class RobotContractNode(Node):
                 cancel_callback=self._cancel, callback_group=motions,
             )
             for action_type, name, execute in (
-            (ExecuteChunk, "execute_chunk", self._execute_chunk),
-            (MoveTo, "move_to", self._move_to),
-            (GripperCommand, "gripper_command", self._gripper_command),
-            (ResetEpisodeAction, "reset_episode", self._reset_goal),
+            (ExecuteChunk, EXECUTE_CHUNK_ACTION, self._execute_chunk),
+            (MoveTo, MOVE_TO_ACTION, self._move_to),
+            (GripperCommand, GRIPPER_COMMAND_ACTION, self._gripper_command),
+            (ResetEpisodeAction, RESET_EPISODE_ACTION, self._reset_goal),
             )
         ]
         # Waiting for a person takes minutes: a group of its own keeps motions and services
@@ -272,10 +283,10 @@ class RobotContractNode(Node):
                 (RequestSceneReset, SCENE_RESET_ACTION, self._request_scene_reset))
         ]
         services = ReentrantCallbackGroup()
-        service(self, ResetEpisode, "reset", self._reset, callback_group=services)
-        service(self, GetRobotInfo, "get_robot_info", self._get_robot_info,
+        service(self, ResetEpisode, RESET_SERVICE, self._reset, callback_group=services)
+        service(self, GetRobotInfo, GET_ROBOT_INFO_SERVICE, self._get_robot_info,
                 callback_group=services)
-        service(self, Trigger, "stop", self._stop, callback_group=services)
+        service(self, Trigger, STOP_SERVICE, self._stop, callback_group=services)
         service(self, AnswerOperator, ANSWER_SERVICE, self._answer_operator,
                 callback_group=services)
         if OBJECT_POSES_SERVICE in desc.sim_services:

@@ -36,12 +36,8 @@ from rpent_contract.driver import (
     TaskInfo,
 )
 from rpent_contract.perception import Detection, match_names
-from rpent_contract.robot_node import (
-    OBJECT_POSES_SERVICE,
-    SEGMENT_SERVICE,
-    RobotContractNode,
-    spin_robot_node,
-)
+from rpent_contract.names import OBJECT_POSES_SERVICE, SEGMENT_SERVICE
+from rpent_contract.robot_node import RobotContractNode, spin_robot_node
 
 from .cartesian_controller import (
     OSC_POSE_MAX_POS_DELTA,

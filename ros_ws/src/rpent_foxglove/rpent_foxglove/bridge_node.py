@@ -28,6 +28,7 @@ from rpent_bag.record_node import DEFAULT_TOPICS
 from rpent_contract.client import wait_future
 from rpent_contract.node_main import run_node
 from rpent_contract.images import image_to_numpy, rgb_to_compressed, to_rgb
+from rpent_contract.names import ANSWER_SERVICE
 from rpent_contract.params import ParameterError, declare, non_negative, positive
 from rpent_foxglove.bridge import ASSET_PACKAGE, FoxgloveBridge
 from rpent_foxglove.json_message import from_json, json_schema, to_json
@@ -69,7 +70,7 @@ class BridgeNode(Node):
                      else "must be a non-empty list of topic names")
         limits = d("rate_limits", [""], "Per-topic 'pattern:max_hz' entries; unmatched = no limit",
                    lambda v: _rate_limits([x for x in v if x]))
-        services = d("services", ["operator/answer"],
+        services = d("services", [ANSWER_SERVICE],
                      "Services a viewer may call (Call Service panel): names or glob "
                      "patterns, relative to the namespace")
         self._service_timeout = d("service_timeout", 10.0,

@@ -6,6 +6,7 @@ from std_msgs.msg import String
 from std_srvs.srv import SetBool
 
 from rpent_contract import params
+from rpent_contract.names import APPROVE_SERVICE, PENDING_TOPIC
 from rpent_contract.qos import LATCHED_QOS
 from rpent_contract.robot_node import RobotContractNode
 from rpent_contract.serving import service
@@ -19,9 +20,9 @@ class ArmNode(RobotContractNode):
     def __init__(self, node_name: str, **kwargs):
         super().__init__(node_name, **kwargs)
         gate = self.driver.approval
-        service(self, SetBool, "safety/approve",
+        service(self, SetBool, APPROVE_SERVICE,
                 lambda req, res: self._answer(gate, req, res))
-        self._pending_pub = self.create_publisher(String, "safety/pending", LATCHED_QOS)
+        self._pending_pub = self.create_publisher(String, PENDING_TOPIC, LATCHED_QOS)
         self._pending = None
         self.create_timer(0.1, lambda: self._publish_pending(gate))
 

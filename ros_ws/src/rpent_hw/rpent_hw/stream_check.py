@@ -100,6 +100,7 @@ def stream_chunks(client, next_chunk, *, chunks: int = 4, switch_after: int = 10
     from geometry_msgs.msg import PoseStamped
 
     from rpent_contract.control_space import array_to_chunk
+    from rpent_contract.names import EE_POSE_TOPIC, EXECUTE_CHUNK_ACTION
     from rpent_contract.qos import STATE_QOS
     from rpent_interfaces.action import ExecuteChunk
 
@@ -121,7 +122,7 @@ def stream_chunks(client, next_chunk, *, chunks: int = 4, switch_after: int = 10
                 lock.notify_all()
         return cb
 
-    sub = client.node.create_subscription(PoseStamped, "ee_pose", on_pose, STATE_QOS)
+    sub = client.node.create_subscription(PoseStamped, EE_POSE_TOPIC, on_pose, STATE_QOS)
     runs = []
     try:
         time.sleep(5 * record.period)  # poses from before the first chunk
@@ -131,7 +132,7 @@ def stream_chunks(client, next_chunk, *, chunks: int = 4, switch_after: int = 10
                 record.steps.append([])
             goal = ExecuteChunk.Goal()
             array_to_chunk(*next_chunk(index, executed), goal.chunk)
-            runs.append(client.send("execute_chunk", goal, feedback=on_step(index)))
+            runs.append(client.send(EXECUTE_CHUNK_ACTION, goal, feedback=on_step(index)))
             if index + 1 < chunks:
                 with lock:
                     if not lock.wait_for(lambda: len(record.steps[index]) >= switch_after

@@ -39,7 +39,7 @@ from rpent_contract.images import image_to_numpy, to_rgb
 from rpent_contract.node_main import run_node
 from rpent_contract.perception import fill_segment_response
 from rpent_contract.qos import TF_QOS, TF_STATIC_QOS, camera_sub_qos
-from rpent_contract.robot_node import SEGMENT_SERVICE
+from rpent_contract.names import SEGMENT_SERVICE, camera_topic
 from rpent_contract.serving import service
 from rpent_interfaces.srv import Locate, Segment
 
@@ -164,13 +164,13 @@ class PerceptionNode(Node):
         # transform as of its image.
         data = ReentrantCallbackGroup()
         for name in self.info.camera_names:
-            for kind, msg_type, topic in (("rgb", Image, "image_raw"),
-                                          ("depth", Image, "depth/image_raw"),
-                                          ("info", CameraInfo, "camera_info")):
+            for kind, msg_type, stream in (("rgb", Image, "image_raw"),
+                                           ("depth", Image, "depth/image_raw"),
+                                           ("info", CameraInfo, "camera_info")):
+                topic = camera_topic(name, stream)
                 self.create_subscription(
-                    msg_type, f"camera/{name}/{topic}",
-                    lambda msg, n=name, k=kind: self._on_camera(n, k, msg),
-                    camera_sub_qos(self, f"camera/{name}/{topic}"), callback_group=data)
+                    msg_type, topic, lambda msg, n=name, k=kind: self._on_camera(n, k, msg),
+                    camera_sub_qos(self, topic), callback_group=data)
         self.create_subscription(TFMessage, "/tf", self.tf.add, TF_QOS, callback_group=data)
         self.create_subscription(TFMessage, "/tf_static", self.tf.add_static, TF_STATIC_QOS,
                                  callback_group=data)
