@@ -31,6 +31,7 @@ PLAIN_CORES = (
     "rpent_contract.control_space",
     "rpent_contract.motion", "rpent_contract.geometry", "rpent_contract.description",
     "rpent_contract.images", "rpent_contract.operator", "rpent_contract.perception",
+    "rpent_contract.tf_tree",
     "rpent_env_sim.libero_sim", "rpent_env_sim.cartesian_controller", "rpent_env_sim.mjcf_urdf",
     "rpent_am.policy", "rpent_am.model_io", "rpent_am.observation",
     "rpent_am.backends.scripted", "rpent_am.backends.rpent_http",

@@ -44,8 +44,6 @@ from rpent_contract import params
 from rpent_contract.control_space import ControlSpaceSpec, array_to_chunk
 from rpent_contract.geometry import pose_from_msg, stamp_to_ns
 from rpent_contract.images import image_to_numpy, to_rgb
-from rpent_contract.node_main import run_node
-from rpent_contract.qos import STATE_QOS, TF_STATIC_QOS, TRIGGER_QOS, camera_sub_qos
 from rpent_contract.names import (
     CAMERA_TRIGGER_TOPIC,
     GET_ROBOT_INFO_SERVICE,
@@ -53,7 +51,10 @@ from rpent_contract.names import (
     ROBOT_STATE_TOPIC,
     camera_topic,
 )
+from rpent_contract.node_main import run_node
+from rpent_contract.qos import STATE_QOS, TF_STATIC_QOS, TRIGGER_QOS, camera_sub_qos
 from rpent_contract.serving import action_server, service
+from rpent_contract.tf_tree import TfTree
 from rpent_contract.validation import GoalRejected, check_chunk, check_timeout
 from rpent_interfaces.action import Predict
 from rpent_interfaces.msg import RobotState
@@ -62,7 +63,6 @@ from rpent_interfaces.srv import GetModelMeta, GetObjectPoses, GetRobotInfo, Res
 from .backends import BACKENDS, make_backend
 from .observation import (
     ObservationError,
-    StaticFrames,
     check_chunk_shape,
     check_observation,
     from_msg,
@@ -128,8 +128,9 @@ class ObservationHub:
         self._doomed: list = []
         self._wake = self.node.create_guard_condition(self._drop_doomed)
         # Robots' world frames, for models trained in a simulator's world (model_io).
-        self.frames = StaticFrames()
-        self.node.create_subscription(TFMessage, "/tf_static", self.frames.add, TF_STATIC_QOS)
+        self.frames = TfTree()
+        self.node.create_subscription(TFMessage, "/tf_static", self.frames.add_static,
+                                      TF_STATIC_QOS)
         self._thread = threading.Thread(target=self._spin, name="observations", daemon=True)
         self._thread.start()
 

@@ -1,14 +1,14 @@
 """Contract messages <-> policy observations, and the checks against a model's metadata."""
 from __future__ import annotations
 
-import threading
+import contextlib
 from typing import Optional, Sequence
 
 import numpy as np
 
-from rpent_contract.geometry import (WORLD_FRAME, pose_from_msg, quaternion_multiply,
-                                     quaternion_to_matrix, stamp_to_ns)
+from rpent_contract.geometry import WORLD_FRAME, compose, pose_from_msg, stamp_to_ns
 from rpent_contract.images import image_to_numpy, numpy_to_image, to_rgb
+from rpent_contract.tf_tree import TfTree
 
 from .policy import BackendError, ModelMeta, PolicyObservation
 
@@ -27,47 +27,13 @@ class ObservationError(ValueError):
     """An observation does not fit the model; nothing was predicted."""
 
 
-class StaticFrames:
-    """The fixed frames robots publish on /tf_static, newest per child frame: where a
-    robot's base is in its ``world`` (a simulator's), for models trained in that frame."""
-
-    def __init__(self):
-        self._parents: dict = {}
-        self._changed = threading.Condition()
-
-    def add(self, msg) -> None:
-        with self._changed:
-            for tf in msg.transforms:
-                t, r = tf.transform.translation, tf.transform.rotation
-                self._parents[tf.child_frame_id] = (
-                    tf.header.frame_id, np.array([t.x, t.y, t.z]), np.array([r.x, r.y, r.z, r.w]))
-            self._changed.notify_all()
-
-    def in_world(self, frame: str, timeout: float = 0.0) -> Optional[tuple]:
-        """(position, quaternion xyzw) of ``frame`` in the ``world`` frame above it; waits up
-        to ``timeout`` s for it. A robot's latched /tf_static reaches a node that has just
-        discovered it some time after its robot_state can: the first goal must not fail."""
-        with self._changed:
-            return self._changed.wait_for(lambda: self._chain(frame), timeout)
-
-    def _chain(self, frame: str) -> Optional[tuple]:
-        position, orientation = np.zeros(3), np.array([0.0, 0.0, 0.0, 1.0])
-        for _ in range(16):
-            if frame.rsplit("/", 1)[-1] == WORLD_FRAME:
-                return position, orientation
-            if frame not in self._parents:
-                return None
-            frame, t, r = self._parents[frame]
-            position = quaternion_to_matrix(r) @ position + t
-            orientation = quaternion_multiply(r, orientation)
-        return None
-
-
-def state_from_robot_state(msg, names: Sequence[str], frames: Optional[StaticFrames] = None,
+def state_from_robot_state(msg, names: Sequence[str], frames: Optional[TfTree] = None,
                            frame_wait: float = 0.0) -> np.ndarray:
     """Pick ``names`` out of a RobotState: ee pose / gripper entries, joint names, or the ee
-    pose in the robot's world frame (``world_ee_x`` ..., from ``frames``, waiting up to
-    ``frame_wait`` s for the world frame)."""
+    pose in the robot's world frame (``world_ee_x`` ..., from the static frames in
+    ``frames``, waiting up to ``frame_wait`` s for the world frame: a robot's latched
+    /tf_static reaches a node that has just discovered it some time after its robot_state
+    can, and the first goal must not fail)."""
     joints = dict(zip(msg.joint_names, msg.joint_positions))
     world = None
     values = []
@@ -88,8 +54,11 @@ def state_from_robot_state(msg, names: Sequence[str], frames: Optional[StaticFra
     return np.asarray(values, dtype=np.float64)
 
 
-def _ee_in_world(msg, frames: Optional[StaticFrames], wait: float) -> dict:
-    base = frames.in_world(msg.header.frame_id, wait) if frames is not None else None
+def _ee_in_world(msg, frames: Optional[TfTree], wait: float) -> dict:
+    base = None
+    if frames is not None:
+        with contextlib.suppress(LookupError):
+            base = frames.lookup_above(WORLD_FRAME, msg.header.frame_id, timeout=wait)
     if base is None:
         raise ObservationError(
             f"the model needs the end effector in the robot's world frame, and no "
@@ -97,9 +66,7 @@ def _ee_in_world(msg, frames: Optional[StaticFrames], wait: float) -> dict:
             f"{f' within {wait:g} s' if wait else ''}: only a robot with a world (a "
             "simulator) publishes one; serve a model_io without world_ state entries for "
             "this robot")
-    position, orientation = pose_from_msg(msg.ee_pose)
-    p = quaternion_to_matrix(base[1]) @ position + base[0]
-    q = quaternion_multiply(base[1], orientation)
+    p, q = compose(*base, *pose_from_msg(msg.ee_pose))
     return dict(zip(("ee_x", "ee_y", "ee_z", "ee_qx", "ee_qy", "ee_qz", "ee_qw"),
                     [*p, *q]))
 

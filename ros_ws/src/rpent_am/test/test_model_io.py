@@ -102,19 +102,20 @@ def test_the_world_frame_is_waited_for_and_its_absence_explained():
     from geometry_msgs.msg import TransformStamped
     from tf2_msgs.msg import TFMessage
 
-    from rpent_am.observation import ObservationError, StaticFrames, state_from_robot_state
+    from rpent_am.observation import ObservationError, state_from_robot_state
+    from rpent_contract.tf_tree import TfTree
     from rpent_interfaces.msg import RobotState
 
     msg = RobotState()
     msg.header.frame_id = "pi/base_link"
     msg.ee_pose.position.x, msg.ee_pose.orientation.w = 0.5, 1.0
-    frames = StaticFrames()
+    frames = TfTree()
     with pytest.raises(ObservationError, match="no 'world' frame above 'pi/base_link'.*0.1 s"):
         state_from_robot_state(msg, ["world_ee_x"], frames, frame_wait=0.1)
     world = TransformStamped()
     world.header.frame_id, world.child_frame_id = "pi/world", "pi/base_link"
     world.transform.translation.x, world.transform.rotation.w = -0.6, 1.0
-    late = threading.Timer(0.2, frames.add, [TFMessage(transforms=[world])])
+    late = threading.Timer(0.2, frames.add_static, [TFMessage(transforms=[world])])
     late.start()
     try:
         state = state_from_robot_state(msg, ["world_ee_x", "ee_x"], frames, frame_wait=10.0)

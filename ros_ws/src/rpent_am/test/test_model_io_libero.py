@@ -22,9 +22,10 @@ from geometry_msgs.msg import TransformStamped
 from tf2_msgs.msg import TFMessage
 
 from rpent_am.model_io import SHIPPED
-from rpent_am.observation import StaticFrames, state_from_robot_state
+from rpent_am.observation import state_from_robot_state
 from rpent_am.policy import PolicyObservation
 from rpent_contract.geometry import WORLD_FRAME, pose_to_msg
+from rpent_contract.tf_tree import TfTree
 from rpent_interfaces.msg import RobotState
 
 pytest.importorskip("libero")
@@ -73,8 +74,8 @@ def contract_observation(obs, names) -> PolicyObservation:
     t, r = world.transform.translation, world.transform.rotation
     t.x, t.y, t.z = (float(v) for v in position)
     r.x, r.y, r.z, r.w = (float(v) for v in orientation)
-    frames = StaticFrames()
-    frames.add(TFMessage(transforms=[world]))
+    frames = TfTree()
+    frames.add_static(TFMessage(transforms=[world]))
     return PolicyObservation({n: f.rgb for n, f in obs.images.items()},
                              state_from_robot_state(msg, names, frames), names)
 

@@ -40,8 +40,6 @@ from rpent_interfaces.srv import GetObjectPoses, GetRobotInfo, ResetEpisode, Seg
 
 from .control_space import array_to_chunk
 from .geometry import pose_from_msg, pose_to_msg
-from .perception import detections_from_response
-from .qos import REQUEST_QOS
 from .names import (
     EXECUTE_CHUNK_ACTION,
     GET_ROBOT_INFO_SERVICE,
@@ -55,6 +53,8 @@ from .names import (
     STOP_SERVICE,
     VERDICT_ACTION,
 )
+from .perception import detections_from_response
+from .qos import REQUEST_QOS
 
 STATUS_NAMES = {
     GoalStatus.STATUS_SUCCEEDED: "succeeded", GoalStatus.STATUS_ABORTED: "aborted",

@@ -35,6 +35,13 @@ def quaternion_to_matrix(q) -> np.ndarray:
         [2 * (x * z - y * w), 2 * (y * z + x * w), 1 - 2 * (x * x + y * y)]])
 
 
+def compose(translation, rotation, position, orientation) -> tuple[np.ndarray, np.ndarray]:
+    """A pose (``position``, ``orientation``) given in a frame that sits at (``translation``,
+    ``rotation``) in its parent, expressed in that parent."""
+    return (quaternion_to_matrix(rotation) @ np.asarray(position, dtype=np.float64)
+            + translation, quaternion_multiply(rotation, orientation))
+
+
 def rotation_error(current, target) -> np.ndarray:
     """Axis-angle vector (rad) rotating orientation ``current`` onto ``target`` (both xyzw),
     in the frame both are given in (R_target R_current^T), the short way round."""

@@ -35,8 +35,8 @@ from rpent_contract.driver import (
     RobotSnapshot,
     TaskInfo,
 )
-from rpent_contract.perception import Detection, match_names
 from rpent_contract.names import OBJECT_POSES_SERVICE, SEGMENT_SERVICE
+from rpent_contract.perception import Detection, match_names
 from rpent_contract.robot_node import RobotContractNode, spin_robot_node
 
 from .cartesian_controller import (

@@ -33,14 +33,14 @@ from tf2_msgs.msg import TFMessage
 
 from rpent_contract import params
 from rpent_contract.client import RobotClient
-from rpent_contract.geometry import (quaternion_multiply, quaternion_to_matrix,
-                                     stamp_to_ns)
+from rpent_contract.geometry import stamp_to_ns
 from rpent_contract.images import image_to_numpy, to_rgb
+from rpent_contract.names import SEGMENT_SERVICE, camera_topic
 from rpent_contract.node_main import run_node
 from rpent_contract.perception import fill_segment_response
 from rpent_contract.qos import TF_QOS, TF_STATIC_QOS, camera_sub_qos
-from rpent_contract.names import SEGMENT_SERVICE, camera_topic
 from rpent_contract.serving import service
+from rpent_contract.tf_tree import TfTree
 from rpent_interfaces.srv import Locate, Segment
 
 from .backends import SegmentationBackend, SegmentationError
@@ -59,74 +59,6 @@ class View:
     depth: Optional[Image] = None
     info: Optional[CameraInfo] = None
     received: dict = field(default_factory=lambda: {"rgb": 0, "depth": 0, "info": 0})
-
-
-class TfTree:
-    """Recent transforms of every frame to its parent, from /tf and /tf_static.
-
-    Enough to chain a camera's optical frame up to the base frame at the time an image was
-    taken: a robot puts its images and the transforms measured with them under one stamp,
-    and a camera that moves with the arm must be placed where it was when it took the
-    picture, not where tf last put it (after a reset, say, which moves it at once).
-    """
-
-    HISTORY = 200  # transforms kept per moving frame: 10 s of a 20 Hz robot
-
-    def __init__(self):
-        # child -> [(stamp_ns, parent, translation, rotation)], oldest first; a static
-        # frame holds one entry with stamp None (valid at any time).
-        self._frames: dict = {}
-        self._changed = threading.Condition()
-
-    def add(self, msg: TFMessage, static: bool = False) -> None:
-        with self._changed:
-            for tf in msg.transforms:
-                t, r = tf.transform.translation, tf.transform.rotation
-                entry = (None if static else stamp_to_ns(tf.header.stamp), tf.header.frame_id,
-                         np.array([t.x, t.y, t.z]), np.array([r.x, r.y, r.z, r.w]))
-                if static:
-                    self._frames[tf.child_frame_id] = [entry]
-                    continue
-                history = self._frames.setdefault(tf.child_frame_id, [])
-                if history and history[0][0] is None:
-                    history.clear()  # a frame that moves now
-                history.append(entry)
-                del history[:-self.HISTORY]
-            self._changed.notify_all()
-
-    def add_static(self, msg: TFMessage) -> None:
-        self.add(msg, static=True)
-
-    def lookup(self, target: str, source: str, at_ns: int,
-               timeout: float) -> tuple[np.ndarray, np.ndarray]:
-        """Pose of frame ``source`` in frame ``target`` (an ancestor of it) at ``at_ns``:
-        each moving frame's transform nearest that time, waiting up to ``timeout`` for one
-        measured at or after it."""
-        with self._changed:
-            self._changed.wait_for(lambda: self._chain(target, source, at_ns) is not None,
-                                   timeout=timeout)
-            chain = self._chain(target, source, at_ns)
-        if chain is None:
-            raise LookupError(f"no tf chain from '{source}' up to '{target}' as of the image "
-                              f"(is the robot node publishing /tf?)")
-        position, orientation = np.zeros(3), np.array([0.0, 0.0, 0.0, 1.0])
-        for t, r in chain:
-            position = quaternion_to_matrix(r) @ position + t
-            orientation = quaternion_multiply(r, orientation)
-        return position, orientation
-
-    def _chain(self, target: str, source: str, at_ns: int) -> Optional[list]:
-        chain, frame = [], source
-        for _ in range(64):
-            if frame == target:
-                return chain
-            history = self._frames.get(frame)
-            if not history or (history[-1][0] is not None and history[-1][0] < at_ns):
-                return None  # unknown, or not yet heard of at that time
-            _, parent, t, r = min(history, key=lambda e: abs((e[0] or at_ns) - at_ns))
-            chain.append((t, r))
-            frame = parent
-        return None
 
 
 class PerceptionNode(Node):
