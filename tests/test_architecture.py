@@ -33,6 +33,7 @@ PLAIN_CORES = (
     "rpent_contract.images", "rpent_contract.operator", "rpent_contract.perception",
     "rpent_contract.tf_tree",
     "rpent_env_sim.libero_sim", "rpent_env_sim.cartesian_controller", "rpent_env_sim.mjcf_urdf",
+    "rpent_hw.so101_kinematics",
     "rpent_am.policy", "rpent_am.model_io", "rpent_am.observation",
     "rpent_am.backends.scripted", "rpent_am.backends.rpent_http",
     "rpent_perception.geometry", "rpent_perception.backends",

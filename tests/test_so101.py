@@ -175,7 +175,7 @@ def test_bad_goals_are_refused_and_nothing_moves(so101, case, expected):
         status, result = client.move_to([0.42, 0.30, 0.04], timeout=30)
     else:  # a turn about the jaw's approach axis: needs a sixth joint
         from rpent_contract.geometry import quaternion_multiply
-        from rpent_hw.safety import rotvec_to_quaternion
+        from rpent_contract.geometry import rotvec_to_quaternion
 
         q0 = [pose.orientation.x, pose.orientation.y, pose.orientation.z, pose.orientation.w]
         status, result = client.move_to(_position(pose),

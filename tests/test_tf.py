@@ -23,8 +23,8 @@ from sensor_msgs.msg import Image, JointState
 from std_msgs.msg import String
 from tf2_msgs.msg import TFMessage
 
-from rpent_contract.description import RobotModel, matrix_to_quaternion
-from rpent_contract.geometry import quaternion_to_matrix, rotation_angle
+from rpent_contract.description import RobotModel
+from rpent_contract.geometry import matrix_to_quaternion, quaternion_to_matrix, rotation_angle
 from rpent_contract.processes import NodeProcess, wait_until
 from rpent_contract.qos import IMAGE_QOS, LATCHED_QOS, STATE_QOS, TF_QOS, TF_STATIC_QOS
 

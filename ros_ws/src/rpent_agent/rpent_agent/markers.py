@@ -17,7 +17,7 @@ from geometry_msgs.msg import Point, Quaternion, Vector3
 from std_msgs.msg import ColorRGBA
 from visualization_msgs.msg import Marker, MarkerArray
 
-from .toolkit import rpy_to_quaternion
+from rpent_contract.geometry import rpy_to_quaternion
 
 TARGET = ColorRGBA(r=1.0, g=0.5, b=0.1, a=0.8)
 LOCATED = ColorRGBA(r=0.2, g=0.8, b=0.3, a=0.35)

@@ -10,7 +10,6 @@ with ``ok=False`` and never raise into the planner's loop.
 from __future__ import annotations
 
 import json
-import math
 import threading
 import time
 from dataclasses import dataclass, field
@@ -22,6 +21,7 @@ import numpy as np
 from action_msgs.msg import GoalStatus
 
 from rpent_contract.client import ContractTimeout
+from rpent_contract.geometry import quaternion_to_rpy, rpy_to_quaternion
 from rpent_contract.names import OBJECT_POSES_SERVICE
 
 from .code_policy import CodeRunner
@@ -103,23 +103,6 @@ class RunState:
         self.cache_read_tokens += cache_read or 0
         self.cache_write_tokens += cache_write or 0
         self.output_tokens += output_tokens or 0
-
-
-def rpy_to_quaternion(roll: float, pitch: float, yaw: float) -> np.ndarray:
-    """Fixed-axis x-y-z (roll about x, then pitch about y, then yaw about z) -> xyzw."""
-    cr, sr = math.cos(roll / 2), math.sin(roll / 2)
-    cp, sp = math.cos(pitch / 2), math.sin(pitch / 2)
-    cy, sy = math.cos(yaw / 2), math.sin(yaw / 2)
-    return np.array([sr * cp * cy - cr * sp * sy, cr * sp * cy + sr * cp * sy,
-                     cr * cp * sy - sr * sp * cy, cr * cp * cy + sr * sp * sy])
-
-
-def quaternion_to_rpy(q) -> np.ndarray:
-    x, y, z, w = q
-    roll = math.atan2(2 * (w * x + y * z), 1 - 2 * (x * x + y * y))
-    pitch = math.asin(max(-1.0, min(1.0, 2 * (w * y - z * x))))
-    yaw = math.atan2(2 * (w * z + x * y), 1 - 2 * (y * y + z * z))
-    return np.array([roll, pitch, yaw])
 
 
 def _fmt(v, digits=3) -> str:

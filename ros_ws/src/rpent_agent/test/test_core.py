@@ -16,9 +16,9 @@ from rpent_agent.memory import MemoryDir, MemoryRefused
 from rpent_agent.planners import PlannerConfigError, choose
 from rpent_agent.planners.api import RetryingModel, messages_json, prune_images
 from rpent_agent.planners.scripted import load_plan
-from rpent_agent.toolkit import quaternion_to_rpy, rpy_to_quaternion
 from rpent_agent.transcript import Transcript
 from rpent_agent.video import EpisodeVideo
+from rpent_contract.geometry import quaternion_to_rpy, rpy_to_quaternion
 
 
 def test_memory_reads_writes_and_lists_inside_its_folder(tmp_path):

@@ -32,7 +32,7 @@ from typing import Mapping, Sequence
 
 import numpy as np
 
-from rpent_contract.geometry import quaternion_multiply
+from rpent_contract.geometry import quaternion_multiply, quaternion_to_axis_angle
 
 from .observation import WORLD_PREFIX
 from .policy import BackendError, PolicyObservation
@@ -228,18 +228,6 @@ def load(spec: str) -> ModelIO:
         return ModelIO.from_dict(yaml.safe_load(path.read_text()) or {}, name=path.stem)
     except (yaml.YAMLError, ValueError) as err:
         raise ValueError(f"model_io file {path}: {err}") from None
-
-
-def quaternion_to_axis_angle(q) -> np.ndarray:
-    """xyzw -> rotation vector, with robosuite's formula (``transform_utils.quat2axisangle``,
-    which openpi's LIBERO example copies and LeRobot's ``LiberoProcessorStep`` ports): the
-    angle is ``2 acos(w)`` as signed, so ``q`` and ``-q`` give different vectors."""
-    q = np.asarray(q, dtype=np.float64)
-    w = min(1.0, max(-1.0, float(q[3])))
-    den = math.sqrt(1.0 - w * w)
-    if math.isclose(den, 0.0):
-        return np.zeros(3)
-    return q[:3] * 2.0 * math.acos(w) / den
 
 
 # robosuite's robot0_eef_quat is the hand body's orientation; the contract's end effector

@@ -14,43 +14,9 @@ from typing import Mapping, Optional
 
 import numpy as np
 
+from .geometry import axis_angle_matrix, matrix_to_quaternion, rpy_to_matrix
+
 MOVING = ("revolute", "continuous", "prismatic")
-
-
-def rpy_to_matrix(roll: float, pitch: float, yaw: float) -> np.ndarray:
-    """URDF rpy: fixed-axis rotations about x, then y, then z."""
-    cr, sr, cp, sp, cy, sy = (np.cos(roll), np.sin(roll), np.cos(pitch), np.sin(pitch),
-                              np.cos(yaw), np.sin(yaw))
-    return np.array([
-        [cy * cp, cy * sp * sr - sy * cr, cy * sp * cr + sy * sr],
-        [sy * cp, sy * sp * sr + cy * cr, sy * sp * cr - cy * sr],
-        [-sp, cp * sr, cp * cr]])
-
-
-def axis_angle_matrix(axis: np.ndarray, angle: float) -> np.ndarray:
-    x, y, z = axis
-    c, s = np.cos(angle), np.sin(angle)
-    k = np.array([[0.0, -z, y], [z, 0.0, -x], [-y, x, 0.0]])
-    return np.eye(3) + s * k + (1.0 - c) * (k @ k)
-
-
-def matrix_to_quaternion(m: np.ndarray) -> np.ndarray:
-    """x, y, z, w of a rotation matrix (Shepperd's method: stable at every angle)."""
-    trace = m[0, 0] + m[1, 1] + m[2, 2]
-    if trace > 0:
-        s = 2.0 * np.sqrt(trace + 1.0)
-        q = [(m[2, 1] - m[1, 2]) / s, (m[0, 2] - m[2, 0]) / s, (m[1, 0] - m[0, 1]) / s, s / 4]
-    elif m[0, 0] > m[1, 1] and m[0, 0] > m[2, 2]:
-        s = 2.0 * np.sqrt(1.0 + m[0, 0] - m[1, 1] - m[2, 2])
-        q = [s / 4, (m[0, 1] + m[1, 0]) / s, (m[0, 2] + m[2, 0]) / s, (m[2, 1] - m[1, 2]) / s]
-    elif m[1, 1] > m[2, 2]:
-        s = 2.0 * np.sqrt(1.0 + m[1, 1] - m[0, 0] - m[2, 2])
-        q = [(m[0, 1] + m[1, 0]) / s, s / 4, (m[1, 2] + m[2, 1]) / s, (m[0, 2] - m[2, 0]) / s]
-    else:
-        s = 2.0 * np.sqrt(1.0 + m[2, 2] - m[0, 0] - m[1, 1])
-        q = [(m[0, 2] + m[2, 0]) / s, (m[1, 2] + m[2, 1]) / s, s / 4, (m[1, 0] - m[0, 1]) / s]
-    q = np.array(q)
-    return q / np.linalg.norm(q)
 
 
 def _floats(text: Optional[str], default) -> np.ndarray:

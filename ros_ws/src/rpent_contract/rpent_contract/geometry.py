@@ -1,7 +1,40 @@
-"""Small pose helpers (quaternions are x, y, z, w as in geometry_msgs)."""
+"""All of the project's rotation math, in one place and one set of conventions.
+
+* Quaternions are x, y, z, w, as in geometry_msgs, tf and scipy. MuJoCo and robosuite
+  store w, x, y, z: convert where their numbers enter (:func:`wxyz_to_xyzw`).
+* Roll, pitch, yaw are URDF's: fixed axes, about x, then y, then z (REP-103).
+* Rotation vectors (axis times angle, rad) take the short way round
+  (:func:`rotation_error`, :func:`rotvec_to_quaternion`), except
+  :func:`quaternion_to_axis_angle`, which keeps robosuite's signed formula because the
+  LIBERO policies were trained on it.
+* A rotation's quaternion is unique up to sign; :func:`canonical_quaternion` picks w >= 0
+  where two must compare equal.
+"""
 from __future__ import annotations
 
+import math
+
 import numpy as np
+
+
+def wxyz_to_xyzw(q) -> np.ndarray:
+    """A MuJoCo / robosuite quaternion (w, x, y, z) in this project's order."""
+    return np.array([q[1], q[2], q[3], q[0]], dtype=np.float64)
+
+
+def xyzw_to_wxyz(q) -> np.ndarray:
+    return np.array([q[3], q[0], q[1], q[2]], dtype=np.float64)
+
+
+def canonical_quaternion(q) -> np.ndarray:
+    """The unit quaternion of ``q``'s rotation with w >= 0, so equal rotations compare equal."""
+    q = normalize_quaternion(q)
+    return -q if q[3] < 0 else q
+
+
+def quaternion_conjugate(q) -> np.ndarray:
+    """The inverse rotation of a unit quaternion."""
+    return np.asarray(q, dtype=np.float64) * np.array([-1.0, -1.0, -1.0, 1.0])
 
 
 def normalize_quaternion(q) -> np.ndarray:
@@ -46,13 +79,82 @@ def rotation_error(current, target) -> np.ndarray:
     """Axis-angle vector (rad) rotating orientation ``current`` onto ``target`` (both xyzw),
     in the frame both are given in (R_target R_current^T), the short way round."""
     qc, qt = normalize_quaternion(current), normalize_quaternion(target)
-    q_err = quaternion_multiply(qt, qc * np.array([-1.0, -1.0, -1.0, 1.0]))
+    q_err = quaternion_multiply(qt, quaternion_conjugate(qc))
     if q_err[3] < 0.0:
         q_err = -q_err
     sin_half = np.linalg.norm(q_err[:3])
     if sin_half < 1e-12:
         return np.zeros(3)
     return q_err[:3] / sin_half * 2.0 * np.arctan2(sin_half, q_err[3])
+
+
+def rpy_to_matrix(roll: float, pitch: float, yaw: float) -> np.ndarray:
+    cr, sr, cp, sp, cy, sy = (np.cos(roll), np.sin(roll), np.cos(pitch), np.sin(pitch),
+                              np.cos(yaw), np.sin(yaw))
+    return np.array([
+        [cy * cp, cy * sp * sr - sy * cr, cy * sp * cr + sy * sr],
+        [sy * cp, sy * sp * sr + cy * cr, sy * sp * cr - cy * sr],
+        [-sp, cp * sr, cp * cr]])
+
+
+def rpy_to_quaternion(roll: float, pitch: float, yaw: float) -> np.ndarray:
+    cr, sr = math.cos(roll / 2), math.sin(roll / 2)
+    cp, sp = math.cos(pitch / 2), math.sin(pitch / 2)
+    cy, sy = math.cos(yaw / 2), math.sin(yaw / 2)
+    return np.array([sr * cp * cy - cr * sp * sy, cr * sp * cy + sr * cp * sy,
+                     cr * cp * sy - sr * sp * cy, cr * cp * cy + sr * sp * sy])
+
+
+def matrix_to_rpy(m: np.ndarray) -> np.ndarray:
+    """Roll, pitch, yaw of a rotation matrix; at pitch +-90 deg (gimbal lock) roll is 0 and
+    the rotation about the vertical is all yaw."""
+    pitch = float(np.arcsin(-np.clip(m[2, 0], -1.0, 1.0)))
+    if abs(m[2, 0]) < 1.0 - 1e-9:
+        return np.array([np.arctan2(m[2, 1], m[2, 2]), pitch, np.arctan2(m[1, 0], m[0, 0])])
+    return np.array([0.0, pitch, np.arctan2(-m[0, 1], m[1, 1])])
+
+
+def quaternion_to_rpy(q) -> np.ndarray:
+    return matrix_to_rpy(quaternion_to_matrix(q))
+
+
+def axis_angle_matrix(axis, angle: float) -> np.ndarray:
+    """Rotation by ``angle`` rad about the unit vector ``axis`` (Rodrigues)."""
+    x, y, z = axis
+    c, s = np.cos(angle), np.sin(angle)
+    k = np.array([[0.0, -z, y], [z, 0.0, -x], [-y, x, 0.0]])
+    return np.eye(3) + s * k + (1.0 - c) * (k @ k)
+
+
+def matrix_to_quaternion(m: np.ndarray) -> np.ndarray:
+    """The quaternion of a rotation matrix (Shepperd's method: stable at every angle)."""
+    trace = m[0, 0] + m[1, 1] + m[2, 2]
+    if trace > 0:
+        s = 2.0 * np.sqrt(trace + 1.0)
+        q = [(m[2, 1] - m[1, 2]) / s, (m[0, 2] - m[2, 0]) / s, (m[1, 0] - m[0, 1]) / s, s / 4]
+    elif m[0, 0] > m[1, 1] and m[0, 0] > m[2, 2]:
+        s = 2.0 * np.sqrt(1.0 + m[0, 0] - m[1, 1] - m[2, 2])
+        q = [s / 4, (m[0, 1] + m[1, 0]) / s, (m[0, 2] + m[2, 0]) / s, (m[2, 1] - m[1, 2]) / s]
+    elif m[1, 1] > m[2, 2]:
+        s = 2.0 * np.sqrt(1.0 + m[1, 1] - m[0, 0] - m[2, 2])
+        q = [(m[0, 1] + m[1, 0]) / s, s / 4, (m[1, 2] + m[2, 1]) / s, (m[0, 2] - m[2, 0]) / s]
+    else:
+        s = 2.0 * np.sqrt(1.0 + m[2, 2] - m[0, 0] - m[1, 1])
+        q = [(m[0, 2] + m[2, 0]) / s, (m[1, 2] + m[2, 1]) / s, s / 4, (m[1, 0] - m[0, 1]) / s]
+    q = np.array(q)
+    return q / np.linalg.norm(q)
+
+
+def quaternion_to_axis_angle(q) -> np.ndarray:
+    """Rotation vector with robosuite's formula (``transform_utils.quat2axisangle``, which
+    openpi's LIBERO example copies and LeRobot's ``LiberoProcessorStep`` ports): the angle
+    is ``2 acos(w)`` as signed, so ``q`` and ``-q`` give different vectors."""
+    q = np.asarray(q, dtype=np.float64)
+    w = min(1.0, max(-1.0, float(q[3])))
+    den = math.sqrt(1.0 - w * w)
+    if math.isclose(den, 0.0):
+        return np.zeros(3)
+    return q[:3] * 2.0 * math.acos(w) / den
 
 
 def rotvec_to_quaternion(rotvec) -> np.ndarray:

@@ -39,6 +39,15 @@ os.environ.setdefault("MUJOCO_GL", "egl")
 import mujoco  # noqa: E402
 import numpy as np  # noqa: E402
 
+from rpent_contract.geometry import (  # noqa: E402
+    canonical_quaternion,
+    matrix_to_quaternion,
+    quaternion_conjugate,
+    quaternion_multiply,
+    quaternion_to_matrix,
+    wxyz_to_xyzw,
+)
+
 RENDER_QUALITIES = ("low", "high")
 
 # The env's horizon only matters when robosuite enforces it; we disable that
@@ -197,42 +206,6 @@ def _close_env(env) -> None:
     # framebuffers would be wiped. Make this env's context current first.
     env.env.sim._render_context_offscreen.gl_ctx.make_current()
     env.close()
-
-
-# --- small quaternion / rotation helpers (MuJoCo order is w, x, y, z) -------
-
-
-def _wxyz_to_xyzw(q: np.ndarray) -> np.ndarray:
-    return np.array([q[1], q[2], q[3], q[0]], dtype=float)
-
-
-def _quat_mul_wxyz(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    aw, ax, ay, az = a
-    bw, bx, by, bz = b
-    return np.array(
-        [
-            aw * bw - ax * bx - ay * by - az * bz,
-            aw * bx + ax * bw + ay * bz - az * by,
-            aw * by - ax * bz + ay * bw + az * bx,
-            aw * bz + ax * by - ay * bx + az * bw,
-        ]
-    )
-
-
-def _quat_conj_wxyz(q: np.ndarray) -> np.ndarray:
-    return np.array([q[0], -q[1], -q[2], -q[3]])
-
-
-def _mat_to_quat_wxyz(mat: np.ndarray) -> np.ndarray:
-    quat = np.empty(4)
-    mujoco.mju_mat2Quat(quat, np.ascontiguousarray(mat, dtype=float).reshape(9))
-    return quat
-
-
-def _canonical_xyzw(q: np.ndarray) -> np.ndarray:
-    """Unit quaternion with w >= 0, so equal rotations compare equal."""
-    q = q / np.linalg.norm(q)
-    return -q if q[3] < 0 else q
 
 
 class LiberoSim:
@@ -411,7 +384,7 @@ class LiberoSim:
             success=bool(self._env.check_success()),
             step=self._step_count,
             truncated=self._step_count >= self.max_episode_steps,
-            base_in_world=(base_pos, _wxyz_to_xyzw(base_quat)),
+            base_in_world=(base_pos, wxyz_to_xyzw(base_quat)),
         )
 
     def object_poses(self) -> dict[str, tuple[np.ndarray, np.ndarray]]:
@@ -426,7 +399,7 @@ class LiberoSim:
         for name in [*env.objects_dict, *env.fixtures_dict]:
             body = env.obj_body_id[name]
             poses[name] = self._world_to_base(
-                env.sim.data.body_xpos[body], env.sim.data.body_xquat[body]
+                env.sim.data.body_xpos[body], wxyz_to_xyzw(env.sim.data.body_xquat[body])
             )
         for name in env.obj_of_interest:
             if name in env.object_sites_dict and name not in poses:
@@ -614,28 +587,26 @@ class LiberoSim:
         data = self._env.env.sim.data
         optical = np.asarray(data.cam_xmat[cam_id], dtype=float).reshape(3, 3) @ np.diag(
             [1.0, -1.0, -1.0])
-        return self._world_to_base(data.cam_xpos[cam_id], _mat_to_quat_wxyz(optical))
+        return self._world_to_base(data.cam_xpos[cam_id], matrix_to_quaternion(optical))
 
     def _base_pose_world(self) -> tuple[np.ndarray, np.ndarray]:
+        """The robot base's position and MuJoCo (w, x, y, z) quaternion in the world."""
         data = self._env.env.sim.data
         return np.array(data.body_xpos[self._base_body]), np.array(data.body_xquat[self._base_body])
 
-    def _world_to_base(
-        self, pos_w: np.ndarray, quat_w_wxyz: np.ndarray
-    ) -> tuple[np.ndarray, np.ndarray]:
+    def _world_to_base(self, pos_w, quat_w) -> tuple[np.ndarray, np.ndarray]:
+        """A pose in the world (position, xyzw quaternion) in the base frame, its
+        quaternion canonical."""
         base_pos, base_quat = self._base_pose_world()
-        base_rot = np.empty(9)
-        mujoco.mju_quat2Mat(base_rot, base_quat)
-        pos = base_rot.reshape(3, 3).T @ (np.asarray(pos_w, dtype=float) - base_pos)
-        quat = _quat_mul_wxyz(_quat_conj_wxyz(base_quat), np.asarray(quat_w_wxyz, dtype=float))
-        return pos, _canonical_xyzw(_wxyz_to_xyzw(quat))
+        base = wxyz_to_xyzw(base_quat)
+        pos = quaternion_to_matrix(base).T @ (np.asarray(pos_w, dtype=float) - base_pos)
+        return pos, canonical_quaternion(quaternion_multiply(quaternion_conjugate(base), quat_w))
 
     def _site_pose_in_base(self, site: str) -> tuple[np.ndarray, np.ndarray]:
         data = self._env.env.sim.data
         site_id = self._env.env.sim.model.site_name2id(site)
         return self._world_to_base(
-            data.site_xpos[site_id], _mat_to_quat_wxyz(data.site_xmat[site_id])
-        )
+            data.site_xpos[site_id], matrix_to_quaternion(data.site_xmat[site_id].reshape(3, 3)))
 
     def _check_base_axis_aligned(self) -> None:
         _, base_quat = self._base_pose_world()

@@ -21,6 +21,8 @@ from typing import Callable, Mapping
 import mujoco
 import numpy as np
 
+from rpent_contract.geometry import quaternion_to_rpy, wxyz_to_xyzw
+
 # The model's type arrays hold plain ints.
 _BOX, _SPHERE, _CYLINDER, _MESH = (int(mujoco.mjtGeom.mjGEOM_BOX),
                                    int(mujoco.mjtGeom.mjGEOM_SPHERE),
@@ -34,20 +36,10 @@ def _name(model, kind, index: int) -> str:
     return mujoco.mj_id2name(model, kind, index) or f"{kind.name.lower()}_{index}"
 
 
-def _rpy(quat_wxyz) -> tuple:
-    """URDF roll-pitch-yaw (fixed-axis x, y, z) of a MuJoCo quaternion."""
-    m = np.empty(9)
-    mujoco.mju_quat2Mat(m, np.asarray(quat_wxyz, dtype=float))
-    m = m.reshape(3, 3)
-    pitch = float(np.arcsin(-np.clip(m[2, 0], -1.0, 1.0)))
-    if abs(m[2, 0]) < 1.0 - 1e-9:
-        return float(np.arctan2(m[2, 1], m[2, 2])), pitch, float(np.arctan2(m[1, 0], m[0, 0]))
-    return 0.0, pitch, float(np.arctan2(-m[0, 1], m[1, 1]))  # gimbal lock: roll folded in yaw
-
-
 def _origin(parent: ET.Element, position, quat_wxyz) -> None:
+    rpy = quaternion_to_rpy(wxyz_to_xyzw(quat_wxyz))
     ET.SubElement(parent, "origin", xyz=" ".join(f"{float(v):.9g}" for v in position),
-                  rpy=" ".join(f"{v:.9g}" for v in _rpy(quat_wxyz)))
+                  rpy=" ".join(f"{float(v):.9g}" for v in rpy))
 
 
 def _atomic_write(path: Path, data: bytes) -> None:

@@ -25,7 +25,8 @@ from pathlib import Path
 
 import numpy as np
 
-from .safety import rotation_angle
+from rpent_contract.geometry import (normalize_quaternion, rotation_angle, wxyz_to_xyzw,
+                                     xyzw_to_wxyz)
 
 ARM_JOINTS = ("shoulder_pan", "shoulder_lift", "elbow_flex", "wrist_flex", "wrist_roll")
 GRIPPER_JOINT = "gripper"
@@ -79,7 +80,7 @@ class SO101Kinematics:
             p, rot = self._pose(np.asarray(q, float))
         wxyz = np.zeros(4)
         self._mj.mju_mat2Quat(wxyz, rot.ravel())
-        return p, np.array([wxyz[1], wxyz[2], wxyz[3], wxyz[0]])
+        return p, wxyz_to_xyzw(wxyz)
 
     def inverse(self, position, quaternion, seed, *, position_only: bool = False,
                 iterations: int = 60, tolerance: float = 1e-5) -> tuple[np.ndarray, float, float]:
@@ -87,8 +88,7 @@ class SO101Kinematics:
         error rad) of the solution, which the caller judges."""
         mj = self._mj
         target_p = np.asarray(position, float)
-        x, y, z, w = np.asarray(quaternion, float)
-        target_q = np.array([w, x, y, z]) / np.linalg.norm([w, x, y, z])
+        target_q = xyzw_to_wxyz(normalize_quaternion(quaternion))
         q = np.clip(np.asarray(seed, float), self.lower, self.upper)
         jp, jr = np.zeros((3, self.model.nv)), np.zeros((3, self.model.nv))
         cur_q, rot_err = np.zeros(4), np.zeros(3)

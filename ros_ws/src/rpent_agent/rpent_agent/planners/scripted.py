@@ -13,13 +13,13 @@ from pathlib import Path
 import numpy as np
 import yaml
 
+from rpent_contract.geometry import quaternion_to_rpy
 from rpent_contract.pick_place import (
     objects_in_instruction,
     phrases_in_instruction,
     pick_and_place,
 )
 
-from ..toolkit import quaternion_to_rpy
 from . import PlannerConfigError
 
 
