@@ -8,7 +8,7 @@ interval between consecutive model calls is then the agent's own cost of one too
 pydantic-ai's loop, the toolkit, AgentEvent publishing, the transcript and feedback, and,
 with images on, converting and PNG-encoding both 128x128 cameras. The model is a
 FunctionModel (in-process), then each provider path through its real SDK to a local server
-that speaks its wire (rpent_agent.provider_wire): there the interval runs from one answer
+that speaks its wire (rpent_testkit.provider_wire): there the interval runs from one answer
 leaving the server to the next request arriving, so the server's own time is left out
 and the SDK's, HTTP's and the growing request's are in. The claude_code and codex planners
 run their CLIs against the same servers, each tool call an MCP round trip. ``observe``
@@ -67,7 +67,7 @@ def run(node, planner, calls: int, opening: int = 1) -> None:
 def measure_provider(node, calls: int, provider: str) -> np.ndarray:
     """The same run through a provider's SDK and wire, images on."""
     from rpent_agent.planners.api import ApiPlanner, build_model
-    from rpent_agent.provider_wire import (AnthropicServer, OpenAIChatServer,
+    from rpent_testkit.provider_wire import (AnthropicServer, OpenAIChatServer,
                                           OpenAIResponsesServer, Reply)
 
     def model(conversation):
@@ -93,7 +93,7 @@ def measure_cli(node, calls: int, planner_name: str, tmp: str) -> np.ndarray:
     """The same run with an agent CLI deciding (its HTTP and MCP round trips included)."""
     import os
 
-    from rpent_agent.provider_wire import AnthropicServer, OpenAIResponsesServer, Reply
+    from rpent_testkit.provider_wire import AnthropicServer, OpenAIResponsesServer, Reply
     from rpent_agent.toolkit import RunState
 
     prefix = "mcp__robot__"

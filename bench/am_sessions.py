@@ -4,7 +4,7 @@
 
 Every goal carries its own observation (no robot needed) and names no client_id, the way a
 one-shot client asks. ``--backend lerobot`` serves a tiny random-weight ACT checkpoint
-(rpent_am.tiny_act) through the LeRobot backend, whose sessions are policy copies;
+(rpent_testkit.tiny_act) through the LeRobot backend, whose sessions are policy copies;
 ``--backend hungry`` a model-free backend that keeps ``--session-kib`` per session. The
 node's VmRSS is printed as the goals go, and the session count it reports at the end.
 
@@ -48,7 +48,7 @@ class Hungry(PolicyBackend):
 
 
 def _lerobot(folder: str) -> PolicyBackend:
-    from rpent_am import tiny_act
+    from rpent_testkit import tiny_act
     from rpent_am.backends.lerobot_backend import LeRobotBackend
     from rpent_am.model_io import ModelIO
 
@@ -81,7 +81,7 @@ def run(goals: int, kind: str, kib: int) -> None:
     from action_model import model_in_process
 
     import rpent_am
-    from rpent_am import tiny_act
+    from rpent_testkit import tiny_act
     from rpent_am.observation import to_msg
     from rpent_interfaces.action import Predict
 

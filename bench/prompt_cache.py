@@ -3,7 +3,7 @@
     source scripts/env.sh && python bench/prompt_cache.py [--turns 20] [--cameras 2]
 
 The api planner runs against the local Anthropic Messages server
-(``rpent_agent.provider_wire.AnthropicServer``), which caches as the API does (prefix
+(``rpent_testkit.provider_wire.AnthropicServer``), which caches as the API does (prefix
 reads up to the marked blocks, 1,024-token minimum) and counts tokens as a quarter of the
 JSON it receives: a rough count, the same for both runs. Each tool result carries the
 camera images of a LIBERO robot (128x128 PNG per camera) as the agent's do, and the
@@ -18,7 +18,7 @@ import cv2
 import numpy as np
 
 from rpent_agent.planners.api import ApiPlanner, build_model
-from rpent_agent.provider_wire import AnthropicServer, Reply
+from rpent_testkit.provider_wire import AnthropicServer, Reply
 from rpent_agent.toolkit import RunState, Tool, ToolResult
 
 

@@ -327,7 +327,7 @@ def test_a_chunk_past_the_bounds_is_clipped_or_refused_as_configured(stack, node
 @pytest.mark.slow
 def test_lerobot_act_checkpoint_served_over_ros(stack, node_factory, tmp_path):
     """A LeRobot ACT checkpoint behind the node: single and stream predict from the robot."""
-    from rpent_am import tiny_act
+    from rpent_testkit import tiny_act
 
     robot, _model, info, _meta = stack
     folder = tiny_act.build(tmp_path / "act")

@@ -321,7 +321,7 @@ def pick_and_place_model(conversation, prefix=""):
 
     import numpy as np
 
-    from rpent_agent.provider_wire import Reply
+    from rpent_testkit.provider_wire import Reply
     from rpent_contract.pick_place import PLAN, objects_in_instruction, waypoint
 
     calls = [c for m in conversation.messages for c in m.tool_calls]
@@ -360,7 +360,7 @@ def test_an_llm_planner_reaches_native_success_through_each_provider(robot, node
                                                                      tmp_path, provider):
     """The api planner on a serving agent node, through the provider's real SDK and wire
     (a local server that speaks it), picks and places twice in a row."""
-    from rpent_agent.provider_wire import (AnthropicServer, OpenAIChatServer,
+    from rpent_testkit.provider_wire import (AnthropicServer, OpenAIChatServer,
                                           OpenAIResponsesServer)
 
     client, _ = robot
@@ -391,7 +391,7 @@ def test_a_model_writing_code_reaches_native_success(robot, node_factory, tmp_pa
     """policy_mode:=code through the Anthropic wire: the model is offered run_code and the
     operator requests, sends one pick-and-place snippet, then one that finishes."""
     from code_snippets import PICK_AND_PLACE_SNIPPET
-    from rpent_agent.provider_wire import AnthropicServer, Reply
+    from rpent_testkit.provider_wire import AnthropicServer, Reply
 
     def model(conversation):
         sent = sum(len(m.tool_calls) for m in conversation.messages)
@@ -447,7 +447,7 @@ def test_claude_code_reaches_native_success_twice(robot, node_factory, tmp_path,
     pytest.importorskip("claude_agent_sdk", reason="the Claude Agent SDK is not installed: "
                         "scripts/setup.sh --extras agents")
     from rpent_agent.planners.api import SYSTEM_PROMPT
-    from rpent_agent.provider_wire import AnthropicServer
+    from rpent_testkit.provider_wire import AnthropicServer
 
     client, _ = robot
     prefix = "mcp__robot__"
@@ -513,7 +513,7 @@ def test_canceling_a_claude_code_run_stops_its_session(robot, node_factory, tmp_
     no further request, and leaves no CLI process behind."""
     pytest.importorskip("claude_agent_sdk", reason="the Claude Agent SDK is not installed: "
                         "scripts/setup.sh --extras agents")
-    from rpent_agent.provider_wire import AnthropicServer, Reply
+    from rpent_testkit.provider_wire import AnthropicServer, Reply
 
     client, _ = robot
     monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-ant-rpent-test")
@@ -556,7 +556,7 @@ def test_codex_reaches_native_success_and_stops_when_the_model_goes_on(
     a tool instead has Codex stopped there (run 2)."""
     codex_or_skip()
     from rpent_agent.planners.api import SYSTEM_PROMPT
-    from rpent_agent.provider_wire import OpenAIResponsesServer, Reply
+    from rpent_testkit.provider_wire import OpenAIResponsesServer, Reply
 
     client, _ = robot
     prefix = "mcp__robot__"

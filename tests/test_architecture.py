@@ -23,6 +23,9 @@ MAY_IMPORT = {
     "rpent_agent": {"rpent_contract", "rpent_am", "rpent_perception", "rpent_bag"},
     "rpent": {"rpent_contract", "rpent_env_sim", "rpent_hw", "rpent_am", "rpent_perception",
               "rpent_bag", "rpent_foxglove", "rpent_agent"},
+    # Beside the floors: tests and benchmarks use it, no product package may.
+    "rpent_testkit": {"rpent_contract", "rpent_env_sim", "rpent_hw", "rpent_am",
+                      "rpent_perception", "rpent_bag", "rpent_foxglove", "rpent_agent", "rpent"},
 }
 
 # ARCHITECTURE.md, "Plain-Python cores": modules that import no rclpy, not even lazily.

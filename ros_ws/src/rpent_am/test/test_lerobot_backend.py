@@ -2,7 +2,7 @@
 import numpy as np
 import pytest
 
-from rpent_am import tiny_act
+from rpent_testkit import tiny_act
 from rpent_am.backends.lerobot_backend import LeRobotBackend
 from rpent_am.model_io import ModelIO
 from rpent_am.policy import BackendError, PolicyObservation

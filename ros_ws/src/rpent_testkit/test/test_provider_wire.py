@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from rpent_agent.planners.api import ApiPlanner, build_model
-from rpent_agent.provider_wire import (AnthropicServer, OpenAIChatServer,
+from rpent_testkit.provider_wire import (AnthropicServer, OpenAIChatServer,
                                       OpenAIResponsesServer, Reply)
 from rpent_agent.toolkit import RunState, Tool, ToolResult
 

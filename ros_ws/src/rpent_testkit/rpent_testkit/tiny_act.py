@@ -2,7 +2,7 @@
 
 For tests, benchmarks and trying the LeRobot backend end to end without a trained model:
 
-    python -m rpent_am.tiny_act /tmp/act_tiny      # then am_node -p checkpoint:=/tmp/act_tiny
+    python -m rpent_testkit.tiny_act /tmp/act_tiny      # then am_node -p checkpoint:=/tmp/act_tiny
 
 Its features follow the LIBERO node: two 128x128 cameras and an 8-value state; actions are
 7-D with dataset statistics centred on ``action_mean``, so un-normalised chunks stay well
@@ -54,5 +54,5 @@ def build(folder, *, image_size: int = 128, state_dim: int = 8, action_dim: int 
 
 if __name__ == "__main__":
     if len(sys.argv) != 2:
-        sys.exit("usage: python -m rpent_am.tiny_act FOLDER")
+        sys.exit("usage: python -m rpent_testkit.tiny_act FOLDER")
     print(build(sys.argv[1]))
