@@ -233,6 +233,7 @@ def test_executor_streams_the_expert_to_native_success(stack):
     assert all(gap >= HEARTBEAT_S - 0.01 for gap in repeats), sorted(repeats)[:5]
 
 
+@pytest.mark.slow
 def test_executor_ends_with_the_robots_reason_when_it_refuses_chunk_after_chunk(
         stack, node_factory):
     _robot, model, _info, _meta = stack
@@ -261,6 +262,7 @@ class SlowBackend(PolicyBackend):
         return np.zeros((4, 7))
 
 
+@pytest.mark.slow
 def test_backend_timeout_fails_the_goal_over_the_rpent_http_protocol(stack, node_factory):
     robot, _model, info, _meta = stack
     with RpentHttpServer(SlowBackend()) as server:

@@ -172,6 +172,7 @@ def _answers(worker) -> bool:
 
 # --- sessions ---------------------------------------------------------------------------------
 
+@pytest.mark.slow
 def test_predicts_without_client_id_share_one_session_per_robot(svc):
     model, backend, proc = svc
     for _ in range(50):  # warm-up: first allocations, connections, caches
@@ -186,6 +187,7 @@ def test_predicts_without_client_id_share_one_session_per_robot(svc):
     assert rss_after - rss_before < 50 * 1024, "the node's memory grows with predict goals"
 
 
+@pytest.mark.slow
 def test_sessions_beyond_the_limit_and_unused_ones_are_freed(svc):
     model, backend, _proc = svc
     for i in range(40):
@@ -199,6 +201,7 @@ def test_sessions_beyond_the_limit_and_unused_ones_are_freed(svc):
 
 # --- observations -----------------------------------------------------------------------------
 
+@pytest.mark.slow
 def test_goals_naming_unknown_robots_leave_no_subscriptions(svc, robot):
     model, _backend, _proc = svc
     client, _info = robot
@@ -308,6 +311,7 @@ def test_twenty_concurrent_streams_all_get_chunks(svc):
 
 # --- a model that dies mid-run ----------------------------------------------------------------
 
+@pytest.mark.slow
 @pytest.mark.parametrize("on_model_loss, how", [
     ("finish_chunk", "the robot finished the chunk it held"), ("stop", "the robot was stopped")])
 def test_executor_stops_with_an_error_naming_the_model_when_it_is_killed(

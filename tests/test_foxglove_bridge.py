@@ -56,6 +56,7 @@ def _publish_events(node, stop):
         log.publish(agentlog.log_line(time.time_ns(), ev))
 
 
+@pytest.mark.slow
 @pytest.mark.serial  # counts joint_states per 4 s window
 def test_client_sees_schemas_and_decodes_image_jpeg_and_agent_event(robot_and_bridge):
     import threading
@@ -118,6 +119,7 @@ def test_client_sees_schemas_and_decodes_image_jpeg_and_agent_event(robot_and_br
         node.destroy_node()
 
 
+@pytest.mark.slow
 @pytest.mark.serial  # robot rate, frames per 6 s and their latency
 def test_slow_client_does_not_slow_the_robot(robot_and_bridge):
     """A client that subscribes to both cameras and never reads: the robot keeps its

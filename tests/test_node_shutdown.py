@@ -16,6 +16,7 @@ from rpent_interfaces.action import ExecuteChunk
 SOUP = "pick the alphabet soup and place it in the basket"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
 def test_a_signal_mid_chunk_and_mid_stream_ends_both_nodes_at_once(rclpy_context, node_factory,
                                                                    signum):

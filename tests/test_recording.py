@@ -28,6 +28,7 @@ def _matched_by(node, publisher, subscriber_node: str) -> bool:
             and publisher.get_subscription_count() >= len(subs))
 
 
+@pytest.mark.slow
 def test_libero_run_recording_survives_robot_crash_and_sigint(rclpy_context, node_factory,
                                                                 tmp_path):
     import rclpy

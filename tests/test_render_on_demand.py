@@ -26,7 +26,7 @@ from rpent_interfaces.msg import RobotState
 
 SUITE, TASK, INIT = "libero_object", 0, 0
 # A trigger must reach a free-running simulator within the chunk's 18 remaining steps.
-pytestmark = pytest.mark.serial
+pytestmark = [pytest.mark.serial, pytest.mark.slow]
 CAMERAS = ("agentview", "robot0_eye_in_hand")
 FRAME_EVERY = 10  # steps per frame at camera_rate 2 Hz and the 20 Hz control rate
 # Sweeps the hand sideways and down, so the wrist camera's view changes every step.

@@ -48,6 +48,7 @@ def _write_bag(path, seconds=2.0, hz=20):
     return n
 
 
+@pytest.mark.slow
 @pytest.mark.serial  # the measured pace within 30 %
 @pytest.mark.parametrize("rate", [1.0, 2.0])
 def test_replay_republishes_types_counts_and_pace(rclpy_context, tmp_path, rate):

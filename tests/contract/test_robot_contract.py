@@ -26,7 +26,9 @@ SUCCEEDED, ABORTED, CANCELED = (GoalStatus.STATUS_SUCCEEDED, GoalStatus.STATUS_A
                                 GoalStatus.STATUS_CANCELED)
 # Rates at the control rate, a cancel within one control period, bursts of 50 requests, and
 # franky-sim's 1 kHz loop: measured on an otherwise idle machine (scripts/run_tests.sh).
-pytestmark = pytest.mark.serial
+# Slow as a whole (three robots, two minutes): make test-fast leaves it to
+# scripts/run_tests.sh tests/contract.
+pytestmark = [pytest.mark.serial, pytest.mark.slow]
 
 
 @pytest.fixture

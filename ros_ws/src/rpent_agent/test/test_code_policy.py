@@ -72,6 +72,7 @@ def test_a_snippet_past_its_time_limit_is_stopped_and_the_next_one_runs(desk):
     assert ok and "42" in text, text
 
 
+@pytest.mark.slow
 def test_a_snippet_that_will_not_stop_is_killed_and_its_variables_are_gone(desk):
     _, runner = desk
     runner.run("kept = 42")

@@ -2,11 +2,10 @@
 import numpy as np
 import pytest
 
-from rpent_testkit import tiny_act
-from rpent_am.backends.lerobot_backend import LeRobotBackend
 from rpent_am.model_io import ModelIO
 from rpent_am.policy import BackendError, PolicyObservation
 from rpent_contract.control_space import ControlSpaceSpec
+from rpent_testkit import tiny_act
 
 pytestmark = pytest.mark.slow
 
@@ -34,8 +33,12 @@ def fed(cameras=CAMERAS, state=STATE):
     return ModelIO.simple("test", cameras, state)
 
 
-def backend(folder, **kw):
-    return LeRobotBackend(str(folder), action_space=SPACE, io=fed(), **kw)
+def backend(folder, action_space=SPACE, io=None, **kw):
+    # Imported when a test runs: LeRobot loads torch, 8 s that every pytest process (each
+    # xdist worker too) would pay while collecting, even when these tests are deselected.
+    from rpent_am.backends.lerobot_backend import LeRobotBackend
+
+    return LeRobotBackend(str(folder), action_space=action_space, io=io or fed(), **kw)
 
 
 def test_predict_through_saved_checkpoint(checkpoint):
@@ -77,13 +80,13 @@ def test_sessions_share_weights_and_reset(checkpoint):
 
 def test_configuration_mismatches_are_clear(checkpoint, tmp_path):
     with pytest.raises(BackendError, match="observation.images.front"):
-        LeRobotBackend(str(checkpoint), action_space=SPACE, io=fed({"agentview": "x"}))
+        backend(checkpoint, io=fed({"agentview": "x"}))
     with pytest.raises(BackendError, match="8 entries; test makes 3"):
-        LeRobotBackend(str(checkpoint), action_space=SPACE, io=fed(state=STATE[:3]))
+        backend(checkpoint, io=fed(state=STATE[:3]))
     six = ControlSpaceSpec(name="six", labels=tuple("abcdef"), units=("1",) * 6,
                            lower=(-1.0,) * 6, upper=(1.0,) * 6, relative=True)
     with pytest.raises(BackendError, match="6 entries"):
-        LeRobotBackend(str(checkpoint), action_space=six, io=fed())
+        backend(checkpoint, action_space=six)
     with pytest.raises(BackendError, match="not a LeRobot checkpoint"):
         backend(tmp_path)
     be = backend(checkpoint)

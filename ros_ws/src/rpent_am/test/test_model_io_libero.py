@@ -16,6 +16,8 @@ frame on /tf_static) through the action-model node's composition and :class:`Mod
 """
 from __future__ import annotations
 
+import importlib.util
+
 import numpy as np
 import pytest
 from geometry_msgs.msg import TransformStamped
@@ -28,13 +30,12 @@ from rpent_contract.geometry import WORLD_FRAME, pose_to_msg
 from rpent_contract.tf_tree import TfTree
 from rpent_interfaces.msg import RobotState
 
-pytest.importorskip("libero")
-torch = pytest.importorskip("torch")
-from lerobot.processor.env_processor import LiberoProcessorStep  # noqa: E402
-from openpi_client import image_tools  # noqa: E402
-from robosuite.utils import transform_utils  # noqa: E402
-
-from rpent_env_sim.libero_sim import LiberoSim  # noqa: E402
+# The stacks are imported inside the tests: torch, LeRobot and robosuite take seconds that
+# every pytest process (each xdist worker too) would pay while collecting.
+pytestmark = pytest.mark.skipif(
+    any(importlib.util.find_spec(m) is None
+        for m in ("libero", "torch", "lerobot", "openpi_client")),
+    reason="needs LIBERO and the models extra (scripts/setup.sh --extras models)")
 
 CAMERAS = ("agentview", "robot0_eye_in_hand")
 # Arm motions that turn the hand about every axis, then close the gripper.
@@ -45,6 +46,8 @@ ACTIONS = [np.array(a, dtype=float) for a in (
 
 @pytest.fixture(scope="module")
 def sim():
+    from rpent_env_sim.libero_sim import LiberoSim
+
     with LiberoSim("libero_spatial", 0, cameras=CAMERAS, image_height=256,
                    image_width=256) as s:
         yield s
@@ -62,6 +65,8 @@ def states(sim):
 
 def contract_observation(obs, names) -> PolicyObservation:
     """What the action-model node composes from the robot node's messages."""
+    from rpent_env_sim.libero_sim import LiberoSim
+
     msg = RobotState()
     msg.header.frame_id = "base_link"
     pose_to_msg(obs.ee_position, obs.ee_orientation, msg.ee_pose)
@@ -87,6 +92,9 @@ def raw_robot(sim) -> dict:
 
 
 def test_pi05_libero_inputs_are_openpis_libero_example(sim):
+    from openpi_client import image_tools
+    from robosuite.utils import transform_utils
+
     io = SHIPPED["pi05_libero"]
     for obs in states(sim):
         ours = io.inputs(contract_observation(obs, io.entries()))
@@ -102,6 +110,9 @@ def test_pi05_libero_inputs_are_openpis_libero_example(sim):
 
 
 def test_lerobot_libero_inputs_are_lerobots_libero_processor(sim):
+    import torch
+    from lerobot.processor.env_processor import LiberoProcessorStep
+
     io = SHIPPED["lerobot_libero"]
     step = LiberoProcessorStep()
     for obs in states(sim):
