@@ -21,10 +21,8 @@ import rclpy
 from action_msgs.msg import GoalStatus
 from rclpy.action import ActionClient as _RclpyActionClient
 from rclpy.action.client import ClientGoalHandle
-from rclpy.duration import Duration
 from rclpy.exceptions import InvalidHandle
 from rclpy.executors import MultiThreadedExecutor
-from rclpy.qos import QoSProfile, qos_profile_action_status_default
 from std_srvs.srv import Trigger
 from unique_identifier_msgs.msg import UUID
 
@@ -123,21 +121,6 @@ def ask(client, request, timeout: float, what: str):
         attempt *= 2
 
 
-# How our action clients subscribe to the server's goal status: matched (rclpy's
-# wait_for_server counts the status publisher), but every sample expires on arrival, so
-# none is ever taken. A status message lists every goal the server still holds (finished
-# ones too, for its result_timeout); a server sends one at each of a goal's three
-# transitions, and rclpy turns every listed goal into Python objects (~11 us each, ~18 us
-# with ROS_PYTHON_CHECK_FIELDS=1) on the thread that also delivers the answers: with the
-# model node keeping results 30 s, the 200th predict of a run paid ~7 ms for it. Our clients
-# take a goal's status from its result. (A DDS that ignores a reader's lifespan delivers
-# them as before: slower, still correct.)
-STATUS_UNREAD_QOS = QoSProfile(
-    depth=1, reliability=qos_profile_action_status_default.reliability,
-    durability=qos_profile_action_status_default.durability,
-    lifespan=Duration(nanoseconds=1))
-
-
 class ActionClient(_RclpyActionClient):
     """rclpy's ActionClient without its lost-answer race.
 
@@ -147,21 +130,14 @@ class ActionClient(_RclpyActionClient):
     is never heard of again. A chunk the robot refuses at once, under load, hit this. Here
     sending and taking answers hold one lock, so an answer always finds its future.
     Callers must not hold a lock that feedback callbacks take while they send.
-
-    Goal status messages are not read (:data:`STATUS_UNREAD_QOS`): a goal handle's
-    ``status`` is set from its result.
     """
 
-    def __init__(self, node, action_type, action_name: str, **kwargs):
+    def __init__(self, *args, **kwargs):
         for profile in ("goal_service_qos_profile", "result_service_qos_profile",
                         "cancel_service_qos_profile"):
             kwargs.setdefault(profile, REQUEST_QOS)  # a burst of goals is not dropped
-        kwargs.setdefault("status_sub_qos_profile", STATUS_UNREAD_QOS)
-        super().__init__(node, action_type, action_name, **kwargs)
+        super().__init__(*args, **kwargs)
         self._answer_lock = threading.Lock()
-        self._answered = threading.Condition()
-        self._status_topic = node.resolve_topic_name(action_name) + "/_action/status"
-        self._probed_server: frozenset = frozenset()
 
     def wait_for_server(self, timeout_sec: Optional[float] = None) -> bool:
         """rclpy's wait, then until the server answers this client. rclpy's sees the
@@ -172,34 +148,14 @@ class ActionClient(_RclpyActionClient):
         deadline = None if timeout_sec is None else time.monotonic() + timeout_sec
         if not super().wait_for_server(timeout_sec=timeout_sec):
             return False
-        # Once per server: a server that has answered keeps answering. Its status
-        # publisher's id tells a restarted server (which has to discover us anew) apart.
-        server = self._server_ids()
-        if server and server == self._probed_server:
-            return True
         while deadline is None or time.monotonic() < deadline:
             probe = ClientGoalHandle(self, UUID(uuid=list(uuid.uuid4().bytes)), None)
             try:
-                self.wait(self._cancel_goal_async(probe), 1.0, "cancel of no goal")
-                self._probed_server = server
+                wait_future(self._cancel_goal_async(probe), 1.0, "cancel of no goal")
                 return True
             except ContractTimeout:
                 continue  # not yet discovered by the server: ask again
         return False
-
-    def _server_ids(self) -> frozenset:
-        return frozenset(bytes(info.endpoint_gid) for info in
-                         self._node.get_publishers_info_by_topic(self._status_topic))
-
-    def wait(self, future, timeout: float, what: str):
-        """:func:`wait_future` for this client's futures, woken as soon as the answer is
-        taken: a done callback would wait for another round of the executor."""
-        with self._answered:
-            if not self._answered.wait_for(future.done, timeout):
-                raise ContractTimeout(
-                    f"{what} got no answer within {timeout:g} s; check that the robot node is "
-                    "running in this ROS domain and namespace (ros2 node list)")
-        return future.result()
 
     def send_goal_async(self, *args, **kwargs):
         with self._answer_lock:
@@ -211,31 +167,18 @@ class ActionClient(_RclpyActionClient):
 
     def _get_result_async(self, goal_handle):
         with self._answer_lock:
-            future = super()._get_result_async(goal_handle)
-
-        def done(f):
-            # What rclpy does on a terminal status message, which this client never reads.
-            response = f.result()
-            if response is not None:
-                goal_handle._status = response.status
-            self._goal_handles.pop(bytes(goal_handle.goal_id.uuid), None)
-
-        future.add_done_callback(done)
-        return future
+            return super()._get_result_async(goal_handle)
 
     async def execute(self, taken_data):
         with self._answer_lock:
-            await super().execute(taken_data)
-        with self._answered:
-            self._answered.notify_all()
+            return await super().execute(taken_data)
 
 
 class GoalRun:
     """A sent goal: wait for its result or cancel it."""
 
-    def __init__(self, handle, what: str, progress: Optional[list] = None,
-                 client: Optional[ActionClient] = None):
-        self.handle, self._what, self._client = handle, what, client
+    def __init__(self, handle, what: str, progress: Optional[list] = None):
+        self.handle, self._what = handle, what
         self.result_future = handle.get_result_async()
         # progress[0]: monotonic time of the goal's acceptance or its latest feedback.
         self._progress = progress if progress is not None else [time.monotonic()]
@@ -254,20 +197,18 @@ class GoalRun:
             if feedback is not None:
                 feedback(msg)
 
-        wait = client.wait if isinstance(client, ActionClient) else wait_future
-        handle = wait(client.send_goal_async(goal, feedback_callback=on_feedback), timeout,
-                      f"{what} goal")
+        handle = wait_future(client.send_goal_async(goal, feedback_callback=on_feedback),
+                             timeout, f"{what} goal")
         if not handle.accepted:
             raise RuntimeError(f"{what} goal was rejected by {server}")
         progress[0] = time.monotonic()
-        return cls(handle, what, progress, client if isinstance(client, ActionClient) else None)
+        return cls(handle, what, progress)
 
     def done(self) -> bool:
         return self.result_future.done()
 
     def result(self, timeout: float):
-        wait = self._client.wait if self._client is not None else wait_future
-        response = wait(self.result_future, timeout, f"{self._what} result")
+        response = wait_future(self.result_future, timeout, f"{self._what} result")
         return response.status, response.result
 
     def result_while_progressing(self, idle_timeout: float):

@@ -12,16 +12,8 @@ from rclpy.action import ActionServer
 
 from .qos import REQUEST_QOS
 
-# How long a finished goal (its request and result) is kept for its client to fetch, s.
-# Clients ask for the result when the goal is accepted, so a few seconds cover a slow one.
-# rclpy's default, 15 min, kept every chunk and predict goal of the last quarter hour: their
-# requests (images included) in memory, and all of them listed in every goal status message
-# the server builds and each client of the action parses, at each transition of each goal.
-RESULT_KEEP_S = 5.0
-
 
 def action_server(node, action_type, name: str, *, execute_callback, **kwargs) -> ActionServer:
-    kwargs.setdefault("result_timeout", RESULT_KEEP_S)
     return ActionServer(node, action_type, name,
                         execute_callback=_answering(node, name, action_type, execute_callback),
                         goal_service_qos_profile=REQUEST_QOS,
