@@ -21,7 +21,7 @@ from rpent_contract.control_space import array_to_chunk
 from rpent_contract.geometry import stamp_to_ns
 from rpent_contract.processes import answered_once, wait_until
 from rpent_contract.qos import STATE_QOS
-from rpent_contract.robot_node import HEARTBEAT_S
+from rpent_contract.state_publisher import HEARTBEAT_S
 from rpent_env_sim.libero_node import LIBERO_OSC_DELTA
 from rpent_interfaces.action import Predict
 from rpent_interfaces.msg import ControlSpace, RobotState

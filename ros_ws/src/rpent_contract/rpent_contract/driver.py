@@ -104,6 +104,11 @@ class RobotDescription:
     # A simulator that renders a state's frames only when someone looks (see FrameDemand)
     frames_on_demand: bool = False
 
+    def __post_init__(self):
+        if self.sim_services and not self.simulated:
+            raise ValueError(f"{self.embodiment}: sim_services {list(self.sim_services)} "
+                             "need a simulated robot; a real one cannot answer them")
+
 
 class Motion:
     """What a running motion needs from the node: whether to stop, and where to report.

@@ -639,13 +639,6 @@ class SO101Node(ArmNode):
             cameras=cameras), self.get_logger())
 
 
-    def _driver_failure(self, goal_handle, result, err, label):
-        # The safety layer, IK and a faulted bus refuse before anything moves.
-        if isinstance(err, GoalRejected):
-            return self._refuse(goal_handle, result, str(err), label)
-        return super()._driver_failure(goal_handle, result, err, label)
-
-
 def main(args=None):
     raise SystemExit(spin_robot_node(SO101Node, args=args))
 
