@@ -28,7 +28,7 @@ from launch import LaunchService
 from launch.actions import IncludeLaunchDescription
 from launch.launch_description_sources import PythonLaunchDescriptionSource
 args = [a.split(":=", 1) for a in sys.argv[2:]]
-service = LaunchService()
+service = LaunchService(argv=sys.argv[2:])
 service.include_launch_description(IncludeLaunchDescription(
     PythonLaunchDescriptionSource(sys.argv[1]), launch_arguments=args))
 sys.exit(service.run())
@@ -87,10 +87,51 @@ def test_launch_actions_match_the_description(name):
 
 
 def test_unknown_arguments_are_refused_with_the_valid_ones():
-    with pytest.raises(ValueError, match="unknown argument.*task_id"):
+    with pytest.raises(ValueError, match=r"unknown argument\(s\) taks_id \(did you mean "
+                                         r"task_id\?\); this bring-up takes .*task_id"):
         describe("libero_sim", {"taks_id": "3"})
     with pytest.raises(ValueError, match="unknown bring-up"):
         describe("libero")
+
+
+# Launch arguments handed to a node's parameter of the same name: with no argument given, a
+# launched node must run as the same node started from its config file alone.
+FORWARDED = {
+    "agent.yaml": ("model", "base_url", "instruction", "max_turns", "mcp_port", "policy_mode",
+                   "plan_file"),
+    "libero_sim.yaml": ("suite", "task_id", "seed", "init_state_index", "max_episode_steps",
+                        "privileged"),
+}
+
+
+@pytest.mark.parametrize("config", sorted(FORWARDED))
+def test_launch_defaults_are_the_config_files(config):
+    import yaml
+
+    from rpent.bringup import config_dir
+
+    block = yaml.safe_load((Path(config_dir()) / config).read_text())["/**"]["ros__parameters"]
+    defaults = {a.name: a.default for a in BRINGUPS["libero_sim"].arguments}
+    drifted = {name: (defaults[name], block[name]) for name in FORWARDED[config]
+               if defaults[name] != ("" if block[name] is None else str(block[name]).lower())}
+    assert not drifted, f"launch default vs {config}: {drifted}"
+
+
+def test_ros2_launch_command_line_is_checked_like_the_starters():
+    from rpent.launch_files import launched_directly
+
+    bringup = BRINGUPS["libero_sim"]
+    with pytest.raises(ValueError, match=r"tsk_id \(did you mean task_id\?\)"):
+        bringup.check_command_line(["tsk_id:=3", "suite:=libero_10"])
+    # ros2 launch's own --launch-prefix arrives as an argument of the launch file.
+    bringup.check_command_line(["task_id:=3", "launch-prefix:=xterm -e"])
+    ros2 = "/opt/ros/humble/bin/ros2"
+    assert launched_directly("libero_sim", [ros2, "launch", "rpent", "libero_sim.launch.py",
+                                            "task_id:=3"])
+    assert launched_directly("libero_sim", [ros2, "launch", "/ws/launch/libero_sim.launch.py"])
+    # Included from a user's own launch file: its arguments are not ours to refuse.
+    assert not launched_directly("libero_sim", [ros2, "launch", "lab", "bench.launch.py",
+                                                "lab_option:=1"])
 
 
 def test_libero_sim_description():
@@ -183,7 +224,9 @@ def test_driver_only_starts_the_robot_without_agent_or_model():
     ([], 0, "agent status   : success"),
     (["max_turns:=1"], 1, "agent exited with code 1"),
     (["suite:=no_such_suite"], 1, "libero_sim exited with code 2"),   # ends before the agent's
-])                                                                     # start-up timeout
+    #                                                                    start-up timeout
+    (["tsk_id:=3"], 1, "tsk_id (did you mean task_id?)"),
+])
 def test_ros2_launch_exits_with_the_runs_outcome(arguments, code, why, tmp_path):
     proc = subprocess.run(
         [sys.executable, "-c", RUN_LAUNCH, str(LAUNCH / "libero_sim.launch.py"),

@@ -7,6 +7,7 @@ to :class:`NodeSpec` entries; neither starter adds nodes or parameters of its ow
 """
 from __future__ import annotations
 
+import difflib
 import os
 import shutil
 import time
@@ -14,6 +15,10 @@ from dataclasses import dataclass, field
 from typing import Callable, Optional
 
 from rpent_contract.processes import node_executable, ros_args
+
+
+# Arguments ``ros2 launch`` adds itself (--launch-prefix, --launch-prefix-filter).
+LAUNCH_ROS_OPTIONS = ("launch-prefix", "launch-prefix-filter")
 
 
 @dataclass(frozen=True)
@@ -63,14 +68,27 @@ class Bringup:
     nodes: Callable[[dict], list]
 
     def resolve(self, given: dict) -> dict:
-        """Argument values: ``given`` over the defaults; unknown names are refused."""
+        """Argument values: ``given`` over the defaults; unknown names are refused, each with
+        the closest valid name (a misspelt ``tsk_id:=3`` must not run task 0)."""
         known = {a.name: a.default for a in self.arguments}
         unknown = sorted(set(given) - set(known))
         if unknown:
+            guesses = []
+            for name in unknown:
+                close = difflib.get_close_matches(name, known, n=1)
+                guesses.append(f"{name} (did you mean {close[0]}?)" if close else name)
             raise ValueError(
-                f"{self.name}: unknown argument(s) {', '.join(unknown)}; this bring-up takes "
+                f"{self.name}: unknown argument(s) {', '.join(guesses)}; this bring-up takes "
                 f"{', '.join(sorted(known))}")
         return {**known, **given}
+
+    def check_command_line(self, argv: list) -> None:
+        """Refuse unknown ``name:=value`` arguments of ``ros2 launch``'s command line, as
+        :meth:`resolve` does; launch_ros's own options pass."""
+        given = dict(a.split(":=", 1) for a in argv if ":=" in a)
+        for option in LAUNCH_ROS_OPTIONS:
+            given.pop(option, None)
+        self.resolve(given)
 
 
 def config_dir() -> str:

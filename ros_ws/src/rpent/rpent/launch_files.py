@@ -5,6 +5,9 @@ this module only translates, so ``ros2 launch`` and :mod:`rpent.start` cannot dr
 """
 from __future__ import annotations
 
+import os
+import sys
+
 from .bringup import BRINGUPS, NodeSpec
 
 
@@ -31,6 +34,13 @@ def on_node_exit(spec: NodeSpec):
     return handle
 
 
+def launched_directly(bringup: str, command_line: list) -> bool:
+    """Whether ``command_line`` (``ros2 launch rpent FILE ...``) names this bring-up's
+    launch file rather than one that includes it."""
+    return f"{bringup}.launch.py" in (os.path.basename(a) for a in command_line[1:]
+                                      if ":=" not in a)
+
+
 def launch_node(spec: NodeSpec):
     from launch.actions import ExecuteProcess
     from launch_ros.actions import Node
@@ -55,6 +65,11 @@ def launch_description(bringup: str):
     b = BRINGUPS[bringup]
 
     def nodes(context):
+        # ros2 launch ignores an argument no launch file declares; ours refuse it, but only
+        # when this is the launch file on the command line: a launch file that includes
+        # ours may take arguments of its own.
+        if launched_directly(bringup, sys.argv):
+            b.check_command_line(context.argv)
         values = {a.name: LaunchConfiguration(a.name).perform(context) for a in b.arguments}
         return [launch_node(spec) for spec in b.nodes(values)]
 

@@ -77,7 +77,7 @@ class AgentNode(Node):
                           "empty = the provider's own API")
         self.plan_file = d("plan_file", "", "scripted planner: YAML/JSON list of tool calls; "
                            "empty = the pick-and-place heuristic")
-        self.max_turns = d("max_turns", 40, "model turns (scripted/mcp: tool calls) per run",
+        self.max_turns = d("max_turns", 30, "model turns (scripted/mcp: tool calls) per run",
                            _positive_int)
         self.max_episode_steps = d("max_episode_steps", 0, "control steps the agent's tools "
                                    "may execute per run; 0 = no agent cap (the robot's own "
