@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import copy
 import math
+import queue
+import threading
 import time
 
 import numpy as np
@@ -442,3 +444,70 @@ def test_every_request_of_a_burst_is_answered(robot, probe_node, current_state):
         chunks.destroy()
         probe_node.destroy_client(stop)
         probe_node.destroy_client(cancel)
+
+
+def test_stops_and_cancels_sent_together_during_a_chunk_are_all_answered(robot, current_state):
+    """A stop is the one request that must always be answered: sixty stop calls from three
+    clients while a chunk runs, then sixty cancels of a running chunk (and of goals that do
+    not exist), each burst answered in full, the chunk halted at the step in flight and the
+    arm left still. bench/stop_burst.py measures how fast the answers come."""
+    from rpent_testkit.bursts import Burst
+
+    with Burst(clients=3) as burst:
+        run, seen = _start_long_chunk(robot)
+        at_stop = len(seen)
+        answers = burst.stop(60)
+        assert all(a.success for a in answers), {a.message for a in answers}
+        status, result = run.result(30)
+        assert status == ABORTED and "stop" in result.message, result.message
+        assert result.steps_executed <= at_stop + 2, (result.steps_executed, at_stop)
+        _assert_holds_still(current_state)
+
+        run, seen = _start_long_chunk(robot)
+        at_cancel = len(seen)
+        answers = burst.cancel(run.handle.goal_id, 60)
+        assert sum(a.return_code == 0 for a in answers) >= 1, [a.return_code for a in answers]
+        status, result = run.result(30)
+        assert status == CANCELED, result.message
+        assert result.steps_executed <= at_cancel + 2, (result.steps_executed, at_cancel)
+        _assert_holds_still(current_state)
+
+
+def test_no_cancel_is_lost_in_a_storm_of_goals_canceled_as_they_are_accepted(robot, probe_node,
+                                                                              current_state):
+    """A goal canceled the moment it is accepted, before it starts to run, must still be
+    stopped: fifty of them in a row, each with forty steps, and not one runs to its end."""
+    from rpent_contract.client import ActionClient
+
+    chunks = ActionClient(probe_node, ExecuteChunk, "execute_chunk",
+                          goal_service_qos_profile=REQUEST_QOS,
+                          result_service_qos_profile=REQUEST_QOS,
+                          cancel_service_qos_profile=REQUEST_QOS)
+    space, rows = robot.spec.wiggle(robot.info, 40)
+    goal = ExecuteChunk.Goal()
+    array_to_chunk(rows, space, goal.chunk)
+    accepted, results = queue.Queue(), []
+
+    def cancel_on_accept():
+        # Not in the answer's callback: the client takes answers under the lock it sends with.
+        for _ in range(50):
+            handle = accepted.get(timeout=60).result()
+            handle.cancel_goal_async()
+            results.append(handle.get_result_async())
+
+    try:
+        assert chunks.wait_for_server(10)
+        canceler = threading.Thread(target=cancel_on_accept, daemon=True)
+        canceler.start()
+        for _ in range(50):
+            chunks.send_goal_async(goal).add_done_callback(accepted.put)
+        canceler.join(90)
+        wait_until(lambda: len(results) == 50 and all(r.done() for r in results), 120,
+                   what=f"results of 50 canceled goals ({sum(r.done() for r in results)} came)")
+        ran = sorted(r.result().result.steps_executed for r in results)
+        assert ran[-1] < 40, f"a canceled goal ran all its 40 steps (steps run: {ran})"
+        assert all(r.result().status in (CANCELED, ABORTED) for r in results), \
+            [r.result().status for r in results]
+        _assert_holds_still(current_state)
+    finally:
+        chunks.destroy()

@@ -15,7 +15,7 @@ import contextlib
 import threading
 import traceback
 from dataclasses import dataclass
-from typing import Optional
+from typing import Callable, Optional
 
 import numpy as np
 from rclpy.action import CancelResponse, GoalResponse
@@ -54,6 +54,65 @@ from .validation import (
 )
 
 
+# Cancels remembered for goals not yet running (a late cancel of a goal that already ended
+# leaves one behind, so the oldest are forgotten).
+MAX_EARLY_CANCELS = 1000
+# Longest a motion waits for the holds of earlier stops: a real arm's halt (a stop motion, then
+# settling) takes well under this.
+HOLD_TIMEOUT_S = 10.0
+
+
+class Holder:
+    """Runs the driver's ``hold`` on a thread of its own, once for all the stops that arrive
+    while it runs: a stop is answered as soon as the motion is interrupted, not after the arm
+    has come to rest (a Franka's stop motion, a simulator's step), and a burst of stops costs
+    one or two holds, not one each."""
+
+    def __init__(self, hold: Callable[[], None], log):
+        self._hold, self._log = hold, log
+        self._changed = threading.Condition()
+        self._requested = self._done = 0  # holds asked for / carried out, counted
+        self._failure = ""  # why the last hold carried out failed, if it did
+        self._closed = False
+        threading.Thread(target=self._run, name="holder", daemon=True).start()
+
+    def request(self) -> str:
+        """Ask for a hold; return why the last one failed ('' if it did not)."""
+        with self._changed:
+            self._requested += 1
+            self._changed.notify_all()
+            return self._failure
+
+    def wait(self, timeout: float) -> bool:
+        """Whether every hold asked for so far was carried out within ``timeout`` s."""
+        with self._changed:
+            asked = self._requested
+            return self._changed.wait_for(lambda: self._done >= asked or self._closed,
+                                          timeout)
+
+    def close(self) -> None:
+        with self._changed:
+            self._closed = True
+            self._changed.notify_all()
+
+    def _run(self) -> None:
+        while True:
+            with self._changed:
+                self._changed.wait_for(lambda: self._requested > self._done or self._closed)
+                if self._closed:
+                    return
+                asked = self._requested
+            try:
+                self._hold()
+                failure = ""
+            except Exception as err:  # reported to the next stop, and in the log now
+                failure = f"{type(err).__name__}: {err}"
+                self._log.error(f"hold failed: {failure}\n{traceback.format_exc()}")
+            with self._changed:
+                self._done, self._failure = asked, failure
+                self._changed.notify_all()
+
+
 @dataclass(frozen=True)
 class MotionLimits:
     """The robot's own limits on every goal, from the contract's parameters."""
@@ -75,7 +134,9 @@ class MotionServer:
         self.mode = RobotState.MODE_IDLE
         self.active_goal = ""
         self._goal_motions: dict[bytes, Motion] = {}
+        self._early_cancels: dict[bytes, None] = {}  # canceled before they ran, oldest first
         self._goal_lock = threading.Lock()
+        self._holder = Holder(driver.hold, node.get_logger())
         # Every step an execute_chunk goal carries out, reliably: a recording must hold
         # each one for a dataset to pair it with its observation.
         self._executed_pub = node.create_publisher(ExecutedAction, EXECUTED_ACTIONS_TOPIC,
@@ -98,11 +159,19 @@ class MotionServer:
     def interrupt(self, reason: str) -> None:
         """Stop whatever motion runs (the node is going away)."""
         self._arbiter.interrupt(reason)
+        self._holder.close()
 
     # --- motion plumbing ---------------------------------------------------------------
     def _cancel(self, goal_handle) -> CancelResponse:
+        uuid = bytes(goal_handle.goal_id.uuid)
         with self._goal_lock:
-            motion = self._goal_motions.get(bytes(goal_handle.goal_id.uuid))
+            motion = self._goal_motions.get(uuid)
+            if motion is None:
+                # Accepted, not yet running: rclpy marks the goal canceling only after this
+                # returns, so the motion, once registered, could not tell it was canceled.
+                self._early_cancels[uuid] = None
+                while len(self._early_cancels) > MAX_EARLY_CANCELS:
+                    self._early_cancels.pop(next(iter(self._early_cancels)))
         if motion is not None:
             motion.stop("canceled by the client")
         return CancelResponse.ACCEPT
@@ -134,8 +203,10 @@ class MotionServer:
         uuid = bytes(goal_handle.goal_id.uuid)
         with self._goal_lock:
             self._goal_motions[uuid] = motion
+            canceled = uuid in self._early_cancels
+            self._early_cancels.pop(uuid, None)
         try:
-            if goal_handle.is_cancel_requested:
+            if canceled or goal_handle.is_cancel_requested:
                 motion.stop("canceled by the client")
             yield
         finally:
@@ -146,6 +217,10 @@ class MotionServer:
         """Run ``body(motion)`` as the only motion (it preempts the running one, and
         ``stop`` or a newer motion stop it); return (outcome, stop reason or None), with
         outcome None when it was stopped before it began."""
+        # A stop answered before this goal came must not halt it once it runs.
+        if not self._holder.wait(HOLD_TIMEOUT_S):
+            motion.stop(f"the robot did not finish holding position within {HOLD_TIMEOUT_S:g} s "
+                        "of the last stop; check the robot (its log says more) and call reset")
         if motion.stopped or not self._arbiter.begin(motion, label):
             return None, motion.reason
         self.mode, self.active_goal = RobotState.MODE_MOVING, label
@@ -357,13 +432,15 @@ class MotionServer:
     # --- services ------------------------------------------------------------------------
     def _stop(self, _request, response):
         self._arbiter.interrupt("stopped by the stop service")
-        try:
-            self._driver.hold()
-        except Exception as err:
-            response.success, response.message = False, f"hold failed: {err}"
-            return response
         self.mode = RobotState.MODE_STOPPED
-        response.success, response.message = True, "stopped; holding position"
+        failed = self._holder.request()
+        if failed:
+            response.success = False
+            response.message = (f"the motion is stopped, but the robot's last hold failed "
+                                f"({failed}); it is tried again now - check the robot")
+        else:
+            response.success = True
+            response.message = "stopped: the motion is interrupted and the robot holds position"
         return response
 
     def _reset(self, request, response):
