@@ -98,6 +98,34 @@ def test_a_run_ends_with_the_verdict_the_operator_gives_on_the_terminal(operator
     assert not fresh.success and fresh.success_source == TaskStatus.SOURCE_NONE
 
 
+def test_ctrl_c_while_the_operator_is_asked_keeps_the_runs_files(operator_franka,
+                                                                   node_factory, tmp_path):
+    """The request is withdrawn, and the run ends interrupted with its result and
+    transcript written, within the time launch gives a node before it kills it."""
+    client, _, _, requests = operator_franka
+    assert client.reset().success
+    plan = tmp_path / "plan.yaml"
+    plan.write_text(json.dumps([
+        {"tool": "request_operator_verdict", "args": {"question": QUESTION}},
+        {"tool": "finish", "args": {"status": "success", "summary": "never reached"}},
+    ]))
+    run_dir = tmp_path / "run"
+    agent = node_factory("rpent_agent", "agent_node",
+                         {"planner": "scripted", "plan_file": str(plan), "run_dir": str(run_dir),
+                          "instruction": "put the mug on the plate"},
+                         name="interrupted_agent", remaps={"__node": "interrupted_agent"})
+    wait_until(lambda: any(r.text == QUESTION for r in _pending(requests)), 120,
+               what=f"the agent's question to the operator\n{agent.log_tail()}")
+    assert agent.stop(timeout=10, signum=signal.SIGINT) == 128 + signal.SIGINT, \
+        agent.log_path.read_text()[-3000:]
+    wait_until(lambda: requests and not _pending(requests), 5, what="the request withdrawn")
+    result = json.loads((run_dir / "result.json").read_text())
+    assert result["status"] == "canceled" and "SIGINT" in result["summary"], result
+    transcript = json.loads((run_dir / "transcript.json").read_text())
+    assert any(e["kind"] == "tool_result" and e["tool"] == "request_operator_verdict"
+               for e in transcript["events"]), transcript["events"]
+
+
 def test_an_unanswered_request_times_out_and_says_how_to_answer(operator_franka):
     client, _, statuses, requests = operator_franka
     status, result = client.request_verdict(QUESTION, timeout=1.0)

@@ -536,8 +536,8 @@ class Toolkit:
                                              "task_success": report.task_success})
 
     def _request_verdict(self, question) -> ToolResult:
-        _status, result = self.robot.request_verdict(str(question),
-                                                     idle_timeout=self.timeouts.service * 6)
+        _status, result = self.robot.request_verdict(
+            str(question), idle_timeout=self.timeouts.service * 6, cancel=self.run.cancel)
         comment = f" ({result.comment})" if result.comment else ""
         data = {"answered": result.answered, "success": result.success}
         if not result.answered:
@@ -546,8 +546,8 @@ class Toolkit:
         return ToolResult(f"{result.answered_by} says {verdict}{comment}", data=data)
 
     def _request_scene_reset(self, note) -> ToolResult:
-        _status, result = self.robot.request_scene_reset(str(note),
-                                                         idle_timeout=self.timeouts.service * 6)
+        _status, result = self.robot.request_scene_reset(
+            str(note), idle_timeout=self.timeouts.service * 6, cancel=self.run.cancel)
         if not result.done:
             return ToolResult(f"scene not reset: {result.message}", ok=False)
         comment = f" ({result.comment})" if result.comment else ""

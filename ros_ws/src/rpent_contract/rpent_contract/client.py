@@ -211,7 +211,8 @@ class GoalRun:
         response = wait_future(self.result_future, timeout, f"{self._what} result")
         return response.status, response.result
 
-    def result_while_progressing(self, idle_timeout: float):
+    def result_while_progressing(self, idle_timeout: float,
+                                 cancel: Optional[threading.Event] = None):
         """The result of a goal whose server reports progress (feedback) as it goes: waits as
         long as feedback keeps coming, and fails only after ``idle_timeout`` s without any.
 
@@ -219,10 +220,17 @@ class GoalRun:
         the client only has to notice a server that died or hangs. A total wall-clock limit
         would instead fail long motions on a slow or loaded machine, making outcomes depend
         on the machine.
+
+        ``cancel`` set (the caller's run is canceled) cancels the goal, once; its result then
+        says how it ended.
         """
         done = threading.Event()
         self.result_future.add_done_callback(lambda _f: done.set())
+        canceled = False
         while not done.wait(0.05):
+            if cancel is not None and cancel.is_set() and not canceled:
+                canceled = True
+                self.handle.cancel_goal_async()
             idle = time.monotonic() - self._progress[0]
             if idle > idle_timeout:
                 raise ContractTimeout(
@@ -389,15 +397,18 @@ class RobotClient:
     # While a person decides, the robot sends feedback every second; ``idle_timeout`` only
     # notices a robot node that stopped answering (an automatic scene reset runs a reset).
     def request_verdict(self, question: str, timeout: float = 0.0, feedback=None,
-                        idle_timeout: float = 60.0):
+                        idle_timeout: float = 60.0, cancel: Optional[threading.Event] = None):
         """Ask the operator whether the task is achieved; waits up to ``timeout`` s (0 = the
-        robot's ``operator_timeout``) for the answer. Returns (status, result)."""
+        robot's ``operator_timeout``) for the answer, or until ``cancel`` is set (the request
+        is then withdrawn). Returns (status, result)."""
         goal = RequestOperatorVerdict.Goal(question=question, timeout=float(timeout))
-        return self.send(VERDICT_ACTION, goal, feedback).result_while_progressing(idle_timeout)
+        return self.send(VERDICT_ACTION, goal, feedback).result_while_progressing(
+            idle_timeout, cancel)
 
     def request_scene_reset(self, note: str, timeout: float = 0.0, feedback=None,
-                            idle_timeout: float = 60.0):
-        """Ask the operator to put the scene back, then the robot resets. (status, result)."""
+                            idle_timeout: float = 60.0, cancel: Optional[threading.Event] = None):
+        """Ask the operator to put the scene back, then the robot resets; ``cancel`` as for
+        :meth:`request_verdict`. (status, result)."""
         goal = RequestSceneReset.Goal(note=note, timeout=float(timeout))
         return self.send(SCENE_RESET_ACTION, goal, feedback).result_while_progressing(
-            idle_timeout)
+            idle_timeout, cancel)
