@@ -16,19 +16,22 @@ class RunFailed(RuntimeError):
     only way to report a failed run."""
 
 
-def on_node_exit(spec: NodeSpec):
+def on_node_exit(spec: NodeSpec, run: dict):
     """The run ends with the agent, or when any other node dies (a robot node that cannot
-    start), as under rpent.start; ``ros2 launch`` exits 0 only if the agent succeeded."""
+    start), as under rpent.start; ``ros2 launch`` exits 0 only if the agent succeeded.
+    ``run`` is shared by the run's nodes: the first failure is the one reported."""
     def handle(event, context):
         from launch.actions import Shutdown
 
         code, why = spec.exit_outcome(event.returncode)
         if context.is_shutdown:
-            # The run is already ending: only the agent's own status still counts.
-            if spec.required and code != 0:
+            # The run is already ending: only the agent's own status still counts, unless
+            # another node's failure ended it (the agent was then only told to stop).
+            if spec.required and code != 0 and "failed" not in run:
                 raise RunFailed(why)
             return None
         if code != 0:
+            run["failed"] = why
             raise RunFailed(why)
         return [Shutdown(reason=why)]
     return handle
@@ -41,19 +44,19 @@ def launched_directly(bringup: str, command_line: list) -> bool:
                                       if ":=" not in a)
 
 
-def launch_node(spec: NodeSpec):
+def launch_node(spec: NodeSpec, run: dict):
     from launch.actions import ExecuteProcess
     from launch_ros.actions import Node
 
     if spec.command:
         return ExecuteProcess(cmd=spec.command, name=spec.name, output="screen",
-                              sigterm_timeout="30", on_exit=on_node_exit(spec))
+                              sigterm_timeout="30", on_exit=on_node_exit(spec, run))
     return Node(
         package=spec.package, executable=spec.executable, name=spec.name,
         namespace=spec.namespace or None,
         parameters=[*spec.params_files, spec.parameters],
         remappings=list(spec.remappings.items()),
-        output="screen", emulate_tty=True, on_exit=on_node_exit(spec),
+        output="screen", emulate_tty=True, on_exit=on_node_exit(spec, run),
     )
 
 
@@ -71,7 +74,8 @@ def launch_description(bringup: str):
         if launched_directly(bringup, sys.argv):
             b.check_command_line(context.argv)
         values = {a.name: LaunchConfiguration(a.name).perform(context) for a in b.arguments}
-        return [launch_node(spec) for spec in b.nodes(values)]
+        run: dict = {}
+        return [launch_node(spec, run) for spec in b.nodes(values)]
 
     return LaunchDescription(
         [DeclareLaunchArgument(a.name, default_value=a.default, description=a.help)

@@ -1,7 +1,9 @@
 """The one way our node executables run: construct, spin until Ctrl-C, always clean up."""
 from __future__ import annotations
 
+import signal
 import sys
+import threading
 from typing import Callable
 
 import rclpy
@@ -24,6 +26,7 @@ def run_node(make_node: Callable, *, name: str, args=None, num_threads: int = 1,
         rclpy.try_shutdown()
         return 2
     except (KeyboardInterrupt, ExternalShutdownException):
+        _ignore_interrupts()
         rclpy.try_shutdown()
         return 0
     except Exception:
@@ -41,7 +44,16 @@ def run_node(make_node: Callable, *, name: str, args=None, num_threads: int = 1,
     except (KeyboardInterrupt, ExternalShutdownException):
         pass
     finally:
+        _ignore_interrupts()
         close(node)
         node.destroy_node()
         rclpy.try_shutdown()
     return 0
+
+
+def _ignore_interrupts() -> None:
+    """From now on a Ctrl-C must not cut the clean-up short with a traceback: under
+    ``ros2 launch`` a terminal's Ctrl-C reaches every node twice (from the terminal, then
+    from launch)."""
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
