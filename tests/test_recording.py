@@ -179,3 +179,38 @@ def test_libero_run_recording_survives_robot_crash_and_sigint(rclpy_context, nod
     assert scene.markers[1].pose.position.x == 0.4
     img = decoded["/camera/agentview/image_raw"][0]
     assert (img.height, img.width, img.encoding) == (128, 128, "rgb8")
+
+
+def test_sigint_right_after_a_burst_loses_none_of_it(rclpy_context, node_factory, tmp_path):
+    """Every message published before the recorder is told to stop is in the bag: it takes
+    what DDS has delivered before it closes."""
+    import rclpy
+    from rclpy.qos import QoSProfile, ReliabilityPolicy
+
+    from rpent_bag import bagfile
+    from rpent_interfaces.msg import AgentEvent
+
+    bag = tmp_path / "bag"
+    recorder = node_factory("rpent_bag", "recorder",
+                            {"bag_path": str(bag), "topics": ["agent/events"]},
+                            name="burst_recorder", remaps={"__node": "burst_recorder"})
+    node = rclpy.create_node("burst_source")
+    # Deep enough for the whole burst: what is measured is the recorder, not the history.
+    events = node.create_publisher(AgentEvent, "agent/events",
+                                   QoSProfile(depth=200, reliability=ReliabilityPolicy.RELIABLE))
+    try:
+        wait_until(lambda: "recording /agent/events [" in recorder.log_tail(100), 60,
+                   what="the recorder to subscribe /agent/events")
+        wait_until(lambda: _matched_by(node, events, "burst_recorder"), 30,
+                   what="the recorder's subscription to match")
+        for i in range(80):
+            events.publish(AgentEvent(run_id="burst", turn=i, kind=AgentEvent.KIND_REASONING,
+                                      text=f"event {i}"))
+        assert recorder.stop() == 0, recorder.log_tail()  # SIGINT at once
+    finally:
+        node.destroy_node()
+    with bagfile.open_reader(bag) as reader:
+        store = bagfile.typestore(reader.connections)
+        turns = [store.deserialize_cdr(data, conn.msgtype).turn
+                 for conn, _, data in bagfile.messages(reader, reader.connections)]
+    assert turns == list(range(80)), f"{len(turns)} of 80 recorded: {turns}"

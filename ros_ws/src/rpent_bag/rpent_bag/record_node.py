@@ -4,7 +4,8 @@ rosbag2 (MCAP) bag, used where ``ros2 bag record`` is not installed.
 Topics are found by name pattern as they appear on the graph (a robot started later is
 still recorded) and subscribed serialized, so nothing is deserialized on the way to disk.
 SIGINT, SIGTERM and SIGHUP all end with a closed bag: summary, index and metadata.yaml
-written. Other nodes crashing only stops their topics.
+written, after the messages already delivered are taken (:meth:`RecorderNode.drain`). Other
+nodes crashing only stops their topics.
 """
 from __future__ import annotations
 
@@ -13,11 +14,13 @@ import sys
 import time
 from pathlib import Path
 
+import rclpy
+from rclpy.executors import SingleThreadedExecutor
 from rclpy.node import Node
+from rclpy.signals import SignalHandlerOptions
 
 from rpent_bag import definitions, graph
 from rpent_bag.recorder import BagRecorder
-from rpent_contract.node_main import run_node
 from rpent_contract.params import ParameterError, declare, positive
 
 DEFAULT_TOPICS = [
@@ -55,6 +58,7 @@ class RecorderNode(Node):
         except FileExistsError as err:
             raise ParameterError(f"parameter 'bag_path': {err}") from None
         self._subs = {}
+        self._last_message = time.monotonic()
         self.create_timer(period, self._discover)
         self._discover()
         self.get_logger().info(f"recording {self._patterns} to {self.path}")
@@ -70,9 +74,20 @@ class RecorderNode(Node):
                 continue
             qos = graph.subscription_qos(self, topic, self._depth)
             self._subs[topic] = self.create_subscription(
-                cls, topic, lambda data, t=topic: self.recorder.write(
-                    t, self.get_clock().now().nanoseconds, data), qos, raw=True)
+                cls, topic, lambda data, t=topic: self._write(t, data), qos, raw=True)
             self.get_logger().info(f"recording {topic} [{type_name}]")
+
+    def _write(self, topic: str, data: bytes) -> None:
+        self._last_message = time.monotonic()
+        self.recorder.write(topic, self.get_clock().now().nanoseconds, data)
+
+    def drain(self, executor) -> None:
+        """Take the messages DDS delivered before the stop: spin until none came for
+        DRAIN_QUIET_S (at most DRAIN_LIMIT_S)."""
+        start = self._last_message = time.monotonic()
+        while time.monotonic() - self._last_message < DRAIN_QUIET_S and \
+                time.monotonic() - start < DRAIN_LIMIT_S and rclpy.ok():
+            executor.spin_once(timeout_sec=0.05)
 
     def close(self) -> None:
         stats = self.recorder.close()
@@ -82,26 +97,42 @@ class RecorderNode(Node):
             print(f"[recorder] write error: {err}", file=sys.stderr)
 
 
-def _raise_exit(signum, _frame):
-    raise KeyboardInterrupt(f"signal {signum}")
-
-
-def _start() -> "RecorderNode":
-    node = RecorderNode()
-    # launch ends with SIGINT then SIGTERM; a terminal may send SIGHUP: all close the bag.
-    signal.signal(signal.SIGTERM, _raise_exit)
-    signal.signal(signal.SIGHUP, _raise_exit)
-    return node
-
-
-def _close(node: "RecorderNode") -> None:
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C must not cut the close
-    node.close()
+# s the recorder keeps taking messages after it is told to stop, until none came for
+# DRAIN_QUIET_S: what DDS delivered before the signal is in the bag, a live publisher does not
+# keep the recorder open.
+DRAIN_QUIET_S = 0.3
+DRAIN_LIMIT_S = 3.0
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
 
 def main(args=None) -> int:
-    return run_node(_start, name="recorder", args=args, close=_close,
-                    startup_errors=(ValueError, definitions.DefinitionError))
+    # rclpy's own handler would shut the context down at once, and what DDS had delivered but
+    # the executor not yet taken would be lost: a signal (launch ends with SIGINT then
+    # SIGTERM; a terminal may send SIGHUP) ends the recording loop instead.
+    rclpy.init(args=args, signal_handler_options=SignalHandlerOptions.NO)
+    stopping: list = []
+    for signum in STOP_SIGNALS:
+        signal.signal(signum, lambda n, _frame: stopping.append(n))
+    try:
+        node = RecorderNode()
+    except (ValueError, definitions.DefinitionError) as err:
+        print(f"[recorder] cannot start: {err}", file=sys.stderr)
+        rclpy.try_shutdown()
+        return 2
+    executor = SingleThreadedExecutor()
+    executor.add_node(node)
+    try:
+        while not stopping and rclpy.ok():
+            executor.spin_once(timeout_sec=0.1)
+        node.drain(executor)
+    finally:
+        for signum in STOP_SIGNALS:  # a second Ctrl-C must not cut the close short
+            signal.signal(signum, signal.SIG_IGN)
+        node.close()
+        executor.shutdown()
+        node.destroy_node()
+        rclpy.try_shutdown()
+    return 0
 
 
 if __name__ == "__main__":
