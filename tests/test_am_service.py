@@ -368,5 +368,15 @@ def test_executor_stops_with_an_error_naming_the_model_when_it_is_killed(
             assert seen.wait_for(lambda: len(states) >= count + 10, 10), "no robot_state"
             after = states[count - 1:]
         assert all(step == after[0][0] and goal == "" for step, goal in after), after
+        # And it keeps serving: a reset is answered, and a new model drives it again.
+        response = client.reset(timeout=30)
+        assert response.success, response.message
+        revived = f"revived_{on_model_loss}"
+        node_factory("rpent_am", "am_node", {"backend": "scripted"}, name=revived,
+                     remaps={"__node": revived})
+        model = ActionModelClient(client.node, model=f"/{revived}")
+        model.connect(info, timeout=60)
+        report = ChunkExecutor(client, model).run(SOUP, max_chunks=2, timeout=30.0)
+        assert report.steps_executed > 0, report.message
     finally:
         client.node.destroy_subscription(sub)
