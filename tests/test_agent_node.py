@@ -279,6 +279,46 @@ def test_an_mcp_client_lists_and_calls_the_tools(robot, node_factory, tmp_path):
     assert result.turns == 4
 
 
+def test_an_mcp_server_with_a_token_refuses_clients_without_it(robot, node_factory, tmp_path):
+    """Beyond loopback the agent makes a token up (tested below without binding beyond
+    loopback); a token given on loopback is held to in the same way."""
+    import urllib.error
+    import urllib.request
+
+    from mcp.client.streamable_http import streamable_http_client
+    from mcp.shared._httpx_utils import create_mcp_http_client
+
+    client, _ = robot
+    port = free_port()
+    Agent(node_factory, client, tmp_path, "agent_mcp_token", planner="mcp", mcp_port=port,
+          mcp_token="s3cret-token")
+    url = f"http://127.0.0.1:{port}/mcp"
+    for headers in ({}, {"Authorization": "Bearer wrong"}):
+        request = urllib.request.Request(url, data=b"{}", method="POST", headers={
+            "Content-Type": "application/json", "Accept": "application/json, text/event-stream",
+            **headers})
+        with pytest.raises(urllib.error.HTTPError) as refused:
+            urllib.request.urlopen(request, timeout=10)
+        assert refused.value.code == 401 and b"bearer token" in refused.value.read()
+
+    async def with_token():
+        http = create_mcp_http_client(headers={"Authorization": "Bearer s3cret-token"})
+        async with http, Client(streamable_http_client(url, http_client=http)) as mcp:
+            return [t.name for t in (await mcp.list_tools()).tools]
+
+    assert "observe" in asyncio.run(asyncio.wait_for(with_token(), 30))
+
+
+def test_an_mcp_server_beyond_loopback_makes_up_a_token():
+    from rpent_agent.planners.mcp import McpPlanner
+
+    assert McpPlanner(lambda: None, host="127.0.0.1").token == ""
+    assert McpPlanner(lambda: None, host="::1").token == ""
+    made = {McpPlanner(lambda: None, host=h).token for h in ("0.0.0.0", "192.168.1.20")}
+    assert len(made) == 2 and all(len(t) >= 32 for t in made)
+    assert McpPlanner(lambda: None, host="0.0.0.0", token="given").token == "given"
+
+
 @pytest.mark.slow
 def test_startup_instruction_runs_once_and_exits(robot, node_factory, tmp_path):
     plan = tmp_path / "plan.yaml"
@@ -455,9 +495,11 @@ def test_claude_code_reaches_native_success_twice(robot, node_factory, tmp_path,
     monkeypatch.setenv("CLAUDE_CONFIG_DIR", str(tmp_path / "claude"))  # not ~/.claude
     with AnthropicServer(after_finish_keeps_calling(prefix),
                          api_key="sk-ant-rpent-test") as server:
+        # With a token: the real CLI must send it.
         agent = Agent(node_factory, client, tmp_path, "agent_claude_code",
                       planner="claude_code", model="anthropic:claude-sonnet-5",
-                      base_url=server.base_url, reset_episode=True, mcp_port=free_port())
+                      base_url=server.base_url, reset_episode=True, mcp_port=free_port(),
+                      mcp_token="claude-token")
         for run in range(2):
             result, requests = soup_run(agent, server, run)
             assert result.input_tokens > 0 and result.output_tokens > 0
@@ -571,9 +613,10 @@ def test_codex_reaches_native_success_and_stops_when_the_model_goes_on(
 
     port = free_port()
     with OpenAIResponsesServer(model, api_key="sk-rpent-test") as server:
+        # With a token: the real CLI must send it (from RPENT_MCP_TOKEN, not its command line).
         agent = Agent(node_factory, client, tmp_path, "agent_codex", planner="codex",
                       model="openai:rpent-test-model", base_url=server.base_url,
-                      reset_episode=True, mcp_port=port)
+                      reset_episode=True, mcp_port=port, mcp_token="codex-token")
         for run in range(2):
             result, requests = soup_run(agent, server, run)
             assert f"Task: {SOUP}" in "\n".join(requests[0].messages[-1].texts)

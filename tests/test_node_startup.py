@@ -19,3 +19,15 @@ def test_libero_node_refuses_bad_parameters(node_factory, parameters, expected):
     wait_until(lambda: not proc.alive(), 120, what="the node to exit")
     assert proc.proc.returncode == 2
     assert expected in proc.log_tail(), proc.log_tail()
+
+
+def test_the_bridge_refuses_to_listen_beyond_loopback_unless_told_to(node_factory):
+    """Anyone who reaches the bridge may answer the operator's questions: listening on every
+    interface takes allow_remote:=true (not exercised here: tests stay on loopback)."""
+    proc = node_factory("rpent_foxglove", "bridge", {"host": "0.0.0.0", "port": 0},
+                        name="remote_bridge")
+    wait_until(lambda: not proc.alive(), 60, what="the bridge to exit")
+    assert proc.proc.returncode == 2
+    assert "parameter 'host' = '0.0.0.0': 0.0.0.0 is beyond loopback" in proc.log_tail(), \
+        proc.log_tail()
+    assert "allow_remote:=true" in proc.log_tail()

@@ -122,6 +122,9 @@ class AgentNode(Node):
         self.mcp_port = d("mcp_port", 8766, "mcp, claude_code, codex planners: its TCP port "
                           "(the dashboard has 8765)",
                           lambda v: None if 0 < v < 65536 else "must be 1..65535")
+        self.mcp_token = d("mcp_token", "", "mcp, claude_code, codex planners: the bearer "
+                           "token every MCP client must send; empty = none on loopback, a new "
+                           "one (printed at start-up) when mcp_host is beyond loopback")
         self.codex_cli = d("codex_cli", "codex", "codex planner: the Codex CLI executable "
                            "(name on PATH or path)")
         self.dashboard_url = d("dashboard_url", "", "where a viewer connects to this run's "
@@ -230,16 +233,21 @@ class AgentNode(Node):
             if self.planner_name == "claude_code":
                 from .planners.claude_code import ClaudeCodePlanner
                 planner = ClaudeCodePlanner(lambda: self._toolkit, self.model, self.base_url,
-                                            *server)
+                                            *server, token=self.mcp_token)
             elif self.planner_name == "codex":
                 from .planners.codex import CodexPlanner
                 planner = CodexPlanner(lambda: self._toolkit, self.model, self.base_url,
-                                       *server, cli=self.codex_cli)
+                                       *server, cli=self.codex_cli, token=self.mcp_token)
             else:
                 from .planners.mcp import McpPlanner
-                planner = McpPlanner(lambda: self._toolkit, *server)
+                planner = McpPlanner(lambda: self._toolkit, *server, token=self.mcp_token)
             url = planner.start(self._new_toolkit(RunState("", 1, 0)).describe())
-            self.get_logger().info(f"MCP server for external agents at {url}")
+            # A token made up here is printed, for clients of the operator's choosing; one
+            # given is not repeated into the logs.
+            token = "<mcp_token>" if self.mcp_token else planner.token
+            self.get_logger().info(f"MCP server for external agents at {url}" + (
+                f"; every client must send the header 'Authorization: Bearer {token}'"
+                if planner.token else ""))
             return planner
         from .planners.scripted import ScriptedPlanner
         return ScriptedPlanner(self.plan_file)

@@ -4,12 +4,21 @@ say which server failed and what to check; and the server side, for protocol-lev
 from __future__ import annotations
 
 import http.client
+import ipaddress
 import json
 import socket
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Optional, Type
 from urllib.parse import urlsplit
+
+
+def is_loopback(host: str) -> bool:
+    """Whether a server listening on ``host`` is reachable from this machine only."""
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return host == "localhost"
 
 
 class JsonHttpClient:

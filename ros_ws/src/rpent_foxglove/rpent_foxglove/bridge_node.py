@@ -26,6 +26,7 @@ from rclpy.serialization import deserialize_message, serialize_message
 from rpent_bag import definitions, graph
 from rpent_bag.record_node import DEFAULT_TOPICS
 from rpent_contract.client import wait_future
+from rpent_contract.http_json import is_loopback
 from rpent_contract.node_main import run_node
 from rpent_contract.images import image_to_numpy, rgb_to_compressed, to_rgb
 from rpent_contract.names import ANSWER_SERVICE
@@ -61,8 +62,16 @@ class BridgeNode(Node):
     def __init__(self):
         super().__init__("foxglove_bridge")
         d = lambda *a, **k: declare(self, *a, **k)  # noqa: E731
+        allow_remote = d("allow_remote", False,
+                         "Listen beyond loopback: any machine that reaches the port can then "
+                         "watch the robot and call the allowed services (the operator's answer)")
         host = d("host", "127.0.0.1", "Address to listen on; 127.0.0.1 keeps it on this machine",
-                 lambda v: None if v else "must not be empty (use 0.0.0.0 for all interfaces)")
+                 lambda v: "must not be empty (use 0.0.0.0 for all interfaces)" if not v else (
+                     None if allow_remote or is_loopback(v) else
+                     f"{v} is beyond loopback: anyone who reaches it could answer the "
+                     "operator's questions. Set allow_remote:=true to mean it (and keep "
+                     "'services' to what remote viewers may call), or use 127.0.0.1 with an "
+                     "SSH tunnel (ssh -L 8765:127.0.0.1:8765 robot-host)"))
         port = d("port", 8765, "WebSocket port; 0 picks a free one (logged)", _port)
         patterns = d("topics", DEFAULT_TOPICS,
                      "Allow-list: topic names or glob patterns, relative to the namespace",

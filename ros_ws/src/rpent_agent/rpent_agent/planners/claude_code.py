@@ -38,10 +38,10 @@ class ClaudeCodePlanner(McpPlanner):
 
     def __init__(self, toolkit_provider, model: str = "", base_url: str = "",
                  host: str = "127.0.0.1", port: int = 8766, run_timeout: float = 3600.0,
-                 system_prompt: str = SYSTEM_PROMPT):
+                 system_prompt: str = SYSTEM_PROMPT, token: str = ""):
         """``model``: ``anthropic:<name>``, a bare name, or empty for Claude Code's default."""
         require_sdk()
-        super().__init__(toolkit_provider, host, port, run_timeout)
+        super().__init__(toolkit_provider, host, port, run_timeout, token)
         self.model = cli_model(self.name, model, ("anthropic",), "Anthropic")
         self.base_url = base_url
         self.system_prompt = system_prompt
@@ -71,7 +71,8 @@ class ClaudeCodePlanner(McpPlanner):
         with tempfile.TemporaryDirectory(prefix="rpent-claude-code-") as cwd:
             options = ClaudeAgentOptions(
                 system_prompt=instructions_for(toolkit, self.system_prompt),
-                mcp_servers={SERVER: {"type": "http", "url": self.url}},
+                mcp_servers={SERVER: {"type": "http", "url": self.url,
+                                      **({"headers": self.headers} if self.token else {})}},
                 # No built-in tools (files, shell, web): the robot's tools are all it has,
                 # pre-approved; anything else is refused without asking anyone.
                 tools=[], allowed_tools=[f"mcp__{SERVER}__{t}" for t in toolkit.tools],

@@ -27,6 +27,7 @@ from .api import SYSTEM_PROMPT, instructions_for
 from .mcp import McpPlanner
 
 SERVER = "robot"
+TOKEN_ENV = "RPENT_MCP_TOKEN"  # the MCP server's bearer token, for Codex to send
 # The model's closing reply after finish may take this long before the process is stopped.
 CLOSING_REPLY_S = 30.0
 INSTALL = ("scripts/setup.sh --extras agents (installs @openai/codex@0.171.0 into the venv), "
@@ -56,10 +57,10 @@ class CodexPlanner(McpPlanner):
 
     def __init__(self, toolkit_provider, model: str = "", base_url: str = "",
                  host: str = "127.0.0.1", port: int = 8766, run_timeout: float = 3600.0,
-                 system_prompt: str = SYSTEM_PROMPT, cli: str = "codex"):
+                 system_prompt: str = SYSTEM_PROMPT, cli: str = "codex", token: str = ""):
         """``model``: ``openai:<name>``, ``openai-responses:<name>``, a bare name, or empty
         for Codex's default."""
-        super().__init__(toolkit_provider, host, port, run_timeout)
+        super().__init__(toolkit_provider, host, port, run_timeout, token)
         self.cli = find_cli(cli)
         self.model = cli_model(self.name, model, ("openai", "openai-responses"),
                                "OpenAI Responses")
@@ -84,6 +85,9 @@ class CodexPlanner(McpPlanner):
             "analytics.enabled": False, "feedback.enabled": False,
             "history.persistence": "none",
         }
+        if self.token:
+            # From the environment: a command line is readable by every user of the machine.
+            config[f"mcp_servers.{SERVER}.bearer_token_env_var"] = TOKEN_ENV
         if self.base_url:
             config.update({
                 "model_provider": "rpent", "model_providers.rpent.name": "rpent",
@@ -110,6 +114,8 @@ class CodexPlanner(McpPlanner):
             instructions = Path(workdir) / "instructions.md"
             instructions.write_text(instructions_for(toolkit, self.system_prompt))
             env = dict(os.environ)
+            if self.token:
+                env[TOKEN_ENV] = self.token
             if self.base_url and not env.get("OPENAI_API_KEY"):
                 env["OPENAI_API_KEY"] = "not-needed"  # a local server may take no key
             with self._lock:

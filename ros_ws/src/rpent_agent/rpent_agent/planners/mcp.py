@@ -9,6 +9,8 @@ cancel, or after ``run_timeout``.
 from __future__ import annotations
 
 import base64
+import hmac
+import secrets
 import socket
 import threading
 import time
@@ -18,8 +20,29 @@ import anyio
 import uvicorn
 from mcp import types
 from mcp.server.lowlevel import Server
+from rpent_contract.http_json import is_loopback
 
 from . import PlannerConfigError
+
+
+class BearerAuth:
+    """ASGI middleware: HTTP requests without ``Authorization: Bearer <token>`` get 401."""
+
+    def __init__(self, app, token: str):
+        self._app, self._expected = app, f"Bearer {token}".encode()
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] == "http":
+            given = dict(scope.get("headers") or ()).get(b"authorization", b"")
+            if not hmac.compare_digest(given, self._expected):
+                body = (b"this MCP server needs the bearer token the agent printed at "
+                        b"start-up (header Authorization: Bearer <token>)")
+                await send({"type": "http.response.start", "status": 401, "headers": [
+                    (b"content-type", b"text/plain"), (b"www-authenticate", b"Bearer")]})
+                await send({"type": "http.response.body", "body": body})
+                return
+        await self._app(scope, receive, send)
+
 
 INSTRUCTIONS = ("Tools of a robot arm. Call observe first: it shows the task and the cameras. "
                 "Positions are metres in the robot base frame. End with finish.")
@@ -29,13 +52,22 @@ class McpPlanner:
     name = "mcp"
 
     def __init__(self, toolkit_provider, host: str = "127.0.0.1", port: int = 8766,
-                 run_timeout: float = 3600.0):
-        """``toolkit_provider()``: the toolkit of the current run, or None between runs."""
+                 run_timeout: float = 3600.0, token: str = ""):
+        """``toolkit_provider()``: the toolkit of the current run, or None between runs.
+        ``token``: the bearer token every client must send; one is made up when the server
+        listens beyond loopback and none is given (anyone who reaches the port could
+        otherwise move the arm)."""
         self._toolkit = toolkit_provider
         self.host, self.port, self.run_timeout = host, port, run_timeout
+        self.token = token or ("" if is_loopback(host) else secrets.token_urlsafe(24))
         self._server: Optional[uvicorn.Server] = None
         self._thread: Optional[threading.Thread] = None
         self._catalogue: list = []
+
+    @property
+    def headers(self) -> dict:
+        """What an MCP client sends with every request."""
+        return {"Authorization": f"Bearer {self.token}"} if self.token else {}
 
     @property
     def url(self) -> str:
@@ -49,6 +81,8 @@ class McpPlanner:
         server = Server("rpent-robot", instructions=INSTRUCTIONS,
                         on_list_tools=self._list_tools, on_call_tool=self._call_tool)
         app = server.streamable_http_app(host=self.host)
+        if self.token:
+            app = BearerAuth(app, self.token)
         config = uvicorn.Config(app, host=self.host, port=self.port, log_level="warning",
                                 lifespan="on")
         self._server = uvicorn.Server(config)
