@@ -29,7 +29,7 @@ class Arm:
 def start_arm(arm: str, logs: Path, parameters: dict = None) -> Arm:
     """The arm's node (extra ``parameters``) and its stand-in, logs under ``logs``."""
     if arm == "franka":
-        from rpent_hw.franky_sim import SIM_PARAMETERS, FrankySimProcess
+        from rpent_twins.franky_sim import SIM_PARAMETERS, FrankySimProcess
 
         sim = FrankySimProcess(logs).start()
         node = NodeProcess("rpent_hw", "franka_node",
@@ -42,7 +42,7 @@ def start_arm(arm: str, logs: Path, parameters: dict = None) -> Arm:
         return Arm(node, sim.kill, restore, sim.stop)
     if arm != "so101":
         raise SystemExit(f"unknown arm '{arm}': use franka or so101")
-    from rpent_hw.feetech_emulator import (FeetechBusProcess, so101_calibration,
+    from rpent_twins.feetech_emulator import (FeetechBusProcess, so101_calibration,
                                            write_calibration_file)
 
     calibration = so101_calibration()

@@ -44,7 +44,7 @@ def main() -> None:
     from rpent_contract.client import RobotClient
     from rpent_contract.control_space import array_to_chunk
     from rpent_contract.qos import STATE_QOS
-    from rpent_hw.franky_sim import SIM_PARAMETERS, FrankySimProcess
+    from rpent_twins.franky_sim import SIM_PARAMETERS, FrankySimProcess
     from rpent_interfaces.action import ExecuteChunk
 
     with tempfile.TemporaryDirectory() as logs, FrankySimProcess(Path(logs)) as sim:

@@ -9,7 +9,7 @@
    back); time from goal to first feedback, and the step rate the feedback shows against
    the declared control rate.
 
-The emulator runs in a process of its own (rpent_hw.feetech_emulator.FeetechBusProcess),
+The emulator runs in a process of its own (rpent_twins.feetech_emulator.FeetechBusProcess),
 so its reply latency is a process switch plus Python, not a 1 Mbaud wire.
 """
 from __future__ import annotations
@@ -72,7 +72,7 @@ def main() -> None:
 
     from rpent_contract.client import RobotClient
     from rpent_contract.control_space import array_to_chunk
-    from rpent_hw.feetech_emulator import (FeetechBusProcess, so101_calibration,
+    from rpent_twins.feetech_emulator import (FeetechBusProcess, so101_calibration,
                                            write_calibration_file)
     from rpent_interfaces.action import ExecuteChunk
 

@@ -34,7 +34,7 @@ Examples:
   ros2 launch rpent franka.launch.py robot_ip:=172.16.0.2 instruction:='put the cube in the bowl'
   ros2 launch rpent franka.launch.py action_model:=/gpu/action_model dashboard:=true record:=true
   ros2 launch rpent franka.launch.py robot_ip:=127.0.0.1 realtime_mode:=ignore driver_only:=true dashboard:=true
-      (franky-sim: python -m rpent_hw.franky_sim --hostname 127.0.0.1)
+      (franky-sim: python -m rpent_twins.franky_sim --hostname 127.0.0.1)
 
 Nodes and parameters come from rpent.bringup, shared with `python -m rpent.start`.
 """

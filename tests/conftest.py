@@ -45,7 +45,7 @@ def franka(rclpy_context, node_factory, tmp_path_factory):
     """franky-sim + the Franka node (config/franka.yaml) + a client, for a test module; the
     sim is stopped even when a test fails. Yields (client, sim, node)."""
     from rpent_contract.client import RobotClient
-    from rpent_hw.franky_sim import SIM_PARAMETERS, FrankySimProcess
+    from rpent_twins.franky_sim import SIM_PARAMETERS, FrankySimProcess
 
     sim = FrankySimProcess(tmp_path_factory.mktemp("franky_sim")).start()
     client = None

@@ -16,15 +16,16 @@ MAY_IMPORT = {
     "rpent_contract": set(),
     "rpent_env_sim": {"rpent_contract"},
     "rpent_hw": {"rpent_contract"},
+    "rpent_twins": {"rpent_contract"},
     "rpent_am": {"rpent_contract"},
     "rpent_perception": {"rpent_contract"},
     "rpent_bag": {"rpent_contract"},
     "rpent_foxglove": {"rpent_contract", "rpent_bag"},
     "rpent_agent": {"rpent_contract", "rpent_am", "rpent_perception", "rpent_bag"},
-    "rpent": {"rpent_contract", "rpent_env_sim", "rpent_hw", "rpent_am", "rpent_perception",
-              "rpent_bag", "rpent_foxglove", "rpent_agent"},
+    "rpent": {"rpent_contract", "rpent_env_sim", "rpent_hw", "rpent_twins", "rpent_am",
+              "rpent_perception", "rpent_bag", "rpent_foxglove", "rpent_agent"},
     # Beside the floors: tests and benchmarks use it, no product package may.
-    "rpent_testkit": {"rpent_contract", "rpent_env_sim", "rpent_hw", "rpent_am",
+    "rpent_testkit": {"rpent_contract", "rpent_env_sim", "rpent_hw", "rpent_twins", "rpent_am",
                       "rpent_perception", "rpent_bag", "rpent_foxglove", "rpent_agent", "rpent"},
 }
 

@@ -166,7 +166,7 @@ def test_robot_lost_mid_motion_is_reported_and_recovered(franka):
     client, sim, node = franka
     from sensor_msgs.msg import JointState
 
-    from rpent_hw.franky_sim import FrankySimProcess
+    from rpent_twins.franky_sim import FrankySimProcess
 
     states, joints = [], []  # (arrival, message)
     subs = [client.node.create_subscription(
@@ -312,7 +312,7 @@ def test_a_predict_for_a_franka_that_went_silent_is_refused_with_the_reason(fran
     from rpent_am.client import ActionModelClient
     from rpent_am.policy import ModelMeta, PolicyBackend
     from rpent_hw.franka_node import make_control_spaces
-    from rpent_hw.franky_sim import FrankySimProcess
+    from rpent_twins.franky_sim import FrankySimProcess
     from rpent_interfaces.action import Predict
 
     class Still(PolicyBackend):

@@ -35,7 +35,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.serial]
 def so101(rclpy_context, node_factory, tmp_path_factory):
     """Emulated bus + calibration file + the SO-101 node + a client, all torn down."""
     from rpent_contract.client import RobotClient
-    from rpent_hw.feetech_emulator import (FeetechBusProcess, so101_calibration,
+    from rpent_twins.feetech_emulator import (FeetechBusProcess, so101_calibration,
                                            write_calibration_file)
 
     cal_dir = tmp_path_factory.mktemp("so101_cal")
@@ -251,7 +251,7 @@ def _start_expecting_failure(tmp_path, bus, cal_dir, robot_id):
 
 
 def test_calibration_mismatch_stops_the_node_without_prompt_or_motion(tmp_path):
-    from rpent_hw.feetech_emulator import (FeetechBusProcess, ServoCalibration,
+    from rpent_twins.feetech_emulator import (FeetechBusProcess, ServoCalibration,
                                            so101_calibration, write_calibration_file)
 
     calibration = so101_calibration()
@@ -275,7 +275,7 @@ def test_calibration_mismatch_stops_the_node_without_prompt_or_motion(tmp_path):
 
 
 def test_missing_calibration_names_the_command_to_run(tmp_path):
-    from rpent_hw.feetech_emulator import FeetechBusProcess
+    from rpent_twins.feetech_emulator import FeetechBusProcess
 
     with FeetechBusProcess() as bus:
         code, log = _start_expecting_failure(tmp_path, bus, tmp_path / "empty", "new_arm")

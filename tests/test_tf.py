@@ -172,7 +172,7 @@ def robot(request, rclpy_context, tmp_path_factory):
               "external_cameras": ["ext"]}
     with contextlib.ExitStack() as stack:
         if request.param == "franka":
-            from rpent_hw.franky_sim import SIM_PARAMETERS, FrankySimProcess
+            from rpent_twins.franky_sim import SIM_PARAMETERS, FrankySimProcess
 
             sim = FrankySimProcess(tmp).start()
             stack.callback(sim.stop)
@@ -191,7 +191,7 @@ def robot(request, rclpy_context, tmp_path_factory):
             spec = ("sim1", "sim1/", "base_link", "ee_link",
                     ("agentview", "robot0_eye_in_hand"), None)
         else:
-            from rpent_hw.feetech_emulator import (FeetechBusProcess, so101_calibration,
+            from rpent_twins.feetech_emulator import (FeetechBusProcess, so101_calibration,
                                                    write_calibration_file)
 
             calibration = so101_calibration()

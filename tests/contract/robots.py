@@ -27,7 +27,7 @@ class FrankySimEmulator(Emulator):
     """franky-sim on a free loopback address, plus a camera playing a generated video."""
 
     def __init__(self, log_dir: Path):
-        from rpent_hw.franky_sim import SIM_PARAMETERS, FrankySimProcess
+        from rpent_twins.franky_sim import SIM_PARAMETERS, FrankySimProcess
 
         video = write_test_video(log_dir / "camera.avi")
         self.sim = FrankySimProcess(log_dir).start()
@@ -43,7 +43,7 @@ class FeetechEmulator(Emulator):
     """The SO-101's Feetech servo bus on a pty, with the matching LeRobot calibration file."""
 
     def __init__(self, log_dir: Path):
-        from rpent_hw.feetech_emulator import (FeetechBusProcess, so101_calibration,
+        from rpent_twins.feetech_emulator import (FeetechBusProcess, so101_calibration,
                                                write_calibration_file)
 
         calibration = so101_calibration()

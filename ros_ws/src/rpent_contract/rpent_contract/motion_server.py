@@ -15,7 +15,7 @@ import contextlib
 import threading
 import traceback
 from dataclasses import dataclass
-from typing import Callable, Optional
+from typing import Optional
 
 import numpy as np
 from rclpy.action import CancelResponse, GoalResponse
@@ -30,7 +30,7 @@ from rpent_interfaces.srv import ResetEpisode
 from .control_space import chunk_to_array
 from .driver import Motion, ResetRequest, RobotDescription, RobotDriver, RobotSnapshot
 from .geometry import pose_from_msg, pose_to_msg
-from .motion import MotionArbiter
+from .motion import Holder, MotionArbiter
 from .names import (
     EXECUTE_CHUNK_ACTION,
     EXECUTED_ACTIONS_TOPIC,
@@ -60,57 +60,6 @@ MAX_EARLY_CANCELS = 1000
 # Longest a motion waits for the holds of earlier stops: a real arm's halt (a stop motion, then
 # settling) takes well under this.
 HOLD_TIMEOUT_S = 10.0
-
-
-class Holder:
-    """Runs the driver's ``hold`` on a thread of its own, once for all the stops that arrive
-    while it runs: a stop is answered as soon as the motion is interrupted, not after the arm
-    has come to rest (a Franka's stop motion, a simulator's step), and a burst of stops costs
-    one or two holds, not one each."""
-
-    def __init__(self, hold: Callable[[], None], log):
-        self._hold, self._log = hold, log
-        self._changed = threading.Condition()
-        self._requested = self._done = 0  # holds asked for / carried out, counted
-        self._failure = ""  # why the last hold carried out failed, if it did
-        self._closed = False
-        threading.Thread(target=self._run, name="holder", daemon=True).start()
-
-    def request(self) -> str:
-        """Ask for a hold; return why the last one failed ('' if it did not)."""
-        with self._changed:
-            self._requested += 1
-            self._changed.notify_all()
-            return self._failure
-
-    def wait(self, timeout: float) -> bool:
-        """Whether every hold asked for so far was carried out within ``timeout`` s."""
-        with self._changed:
-            asked = self._requested
-            return self._changed.wait_for(lambda: self._done >= asked or self._closed,
-                                          timeout)
-
-    def close(self) -> None:
-        with self._changed:
-            self._closed = True
-            self._changed.notify_all()
-
-    def _run(self) -> None:
-        while True:
-            with self._changed:
-                self._changed.wait_for(lambda: self._requested > self._done or self._closed)
-                if self._closed:
-                    return
-                asked = self._requested
-            try:
-                self._hold()
-                failure = ""
-            except Exception as err:  # reported to the next stop, and in the log now
-                failure = f"{type(err).__name__}: {err}"
-                self._log.error(f"hold failed: {failure}\n{traceback.format_exc()}")
-            with self._changed:
-                self._done, self._failure = asked, failure
-                self._changed.notify_all()
 
 
 @dataclass(frozen=True)
@@ -340,9 +289,10 @@ class MotionServer:
         except GoalRejected as err:
             return self._refuse(goal_handle, result, str(err), "move_to")
         # Step limits are clipped to the robot's, never raised above them.
-        trans = min(goal.max_translation_step or self._limits.max_translation_step,
-                    self._limits.max_translation_step)
-        rot = min(goal.max_rotation_step or self._limits.max_rotation_step, self._limits.max_rotation_step)
+        limits = self._limits
+        trans = min(goal.max_translation_step or limits.max_translation_step,
+                    limits.max_translation_step)
+        rot = min(goal.max_rotation_step or limits.max_rotation_step, limits.max_rotation_step)
         timeout = goal.timeout or self._limits.move_to_timeout
         max_steps = max(1, int(round(timeout * self._description.control_rate)))
 
@@ -418,7 +368,8 @@ class MotionServer:
         # A driver's own checks (a safety layer, a faulted robot) refuse before moving.
         if isinstance(err, GoalRejected):
             return self._refuse(goal_handle, result, str(err), label)
-        self._node.get_logger().error(f"{label} failed in the driver: {err}\n{traceback.format_exc()}")
+        self._node.get_logger().error(
+            f"{label} failed in the driver: {err}\n{traceback.format_exc()}")
         try:
             self._driver.hold()
         except Exception as hold_err:

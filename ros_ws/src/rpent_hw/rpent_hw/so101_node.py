@@ -4,7 +4,7 @@
 
 The arm is LeRobot's unmodified ``SO101Follower`` (``lerobot.robots.so_follower``) and its
 ``FeetechMotorsBus`` on ``port``; in tests and benches the port is a pseudo-terminal served
-by :mod:`rpent_hw.feetech_emulator`.
+by :mod:`rpent_twins.feetech_emulator`.
 
 Control spaces (every row is one control period, 1 / control_rate s):
 

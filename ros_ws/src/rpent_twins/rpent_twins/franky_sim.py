@@ -1,6 +1,6 @@
 """franky-sim (MuJoCo FR3 speaking the libfranka protocol) for tests, benches and demos.
 
-    python -m rpent_hw.franky_sim --hostname 127.0.0.1     # serve on 127.0.0.1:1337/1338
+    python -m rpent_twins.franky_sim --hostname 127.0.0.1     # serve on 127.0.0.1:1337/1338
 
 Same server as the ``franky-sim`` command (which needs ``-s mujoco`` when Genesis is not
 installed) with one change: the wrist joints' damping. franky-sim's default (200 Nm s/rad
@@ -90,7 +90,7 @@ class FrankySimProcess:
         offset = log.tell()  # a restart appends; look for READY in the new part only
         env = dict(os.environ, PYTHONUNBUFFERED="1")
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "rpent_hw.franky_sim", "--hostname", self.host],
+            [sys.executable, "-m", "rpent_twins.franky_sim", "--hostname", self.host],
             stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
             start_new_session=True, env=env)
         log.close()

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from rpent_contract.processes import wait_until
-from rpent_hw.feetech_emulator import FeetechBusEmulator, _checksum, so101_calibration
+from rpent_twins.feetech_emulator import FeetechBusEmulator, _checksum, so101_calibration
 
 
 @pytest.fixture

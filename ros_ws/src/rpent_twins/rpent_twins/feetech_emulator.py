@@ -2,7 +2,7 @@
 at the protocol level so the unmodified LeRobot ``SO101Follower`` / ``FeetechMotorsBus``
 (and Feetech's ``scservo_sdk`` under it) connect, check calibration, read and write.
 
-    python -m rpent_hw.feetech_emulator --calibration-dir /tmp/cal --robot-id emu
+    python -m rpent_twins.feetech_emulator --calibration-dir /tmp/cal --robot-id emu
     # prints the port (/dev/pts/N) to give the node as `port`
 
 What it speaks (Feetech protocol 0, as scservo_sdk sends it): packets
