@@ -216,13 +216,16 @@ def test_executor_streams_the_expert_to_native_success(stack):
     started = time.monotonic()
     # The timeout bounds the time without a step, not the run: the run's 100+ steps take
     # well over it, even on a simulator that renders nothing and steps as fast as it can.
+    # (1.5 s once passed without a step on a busy CI machine: a hiccup, not a hang.)
     try:
-        report = ChunkExecutor(robot, model).run(SOUP, max_steps=400, timeout=1.5,
+        report = ChunkExecutor(robot, model).run(SOUP, max_steps=400, timeout=3.0,
                                                  client_id="executor")
     finally:
         robot.node.destroy_subscription(sub)
+    took = time.monotonic() - started
+    print(f"\nthe expert's run took {took:.1f} s ({report.steps_executed} steps)")
     assert report.outcome == "task_success", report.message
-    assert time.monotonic() - started > 1.5
+    assert took > 3.0
     assert report.task_success and report.chunks_executed > 5
     assert report.chunks_stale == 0 and report.chunks_rejected == 0
     # While the simulator moves, each step is one measurement: the same step again under a

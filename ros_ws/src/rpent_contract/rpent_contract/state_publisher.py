@@ -63,7 +63,6 @@ def camera_info(frame, header) -> CameraInfo:
     return info
 
 
-
 class StatePublisher:
     """Publishes what a robot node's driver measures, and its fixed frames.
 
