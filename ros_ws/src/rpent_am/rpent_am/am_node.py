@@ -97,10 +97,6 @@ PAIRING_DEPTH = 32
 # lost: waiting goals repeat it this often, s.
 TRIGGER_REPEAT_S = 0.1
 HOUSEKEEPING_S = 5.0
-# How long a finished goal (its request, images included, and its result) is kept for its
-# client to fetch. rclpy's default, 15 min, held ~100 kB per goal with two 128x128 images:
-# hundreds of MB at a few goals a second. Our clients ask for the result on acceptance.
-RESULT_KEEP_S = 30.0
 
 
 def _ns(namespace: str, name: str) -> str:
@@ -368,7 +364,7 @@ class ActionModelNode(Node):
         self._server = action_server(
             self, Predict, "~/predict", execute_callback=self._predict,
             goal_callback=lambda _g: GoalResponse.ACCEPT, cancel_callback=self._on_cancel,
-            callback_group=group, result_timeout=RESULT_KEEP_S)
+            callback_group=group)
         service(self, GetModelMeta, "~/get_model_meta", self._get_meta, callback_group=group)
         service(self, ResetPolicy, "~/reset", self._reset, callback_group=group)
         self.create_timer(HOUSEKEEPING_S, self._housekeeping, callback_group=group)

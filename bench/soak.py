@@ -1,0 +1,231 @@
+"""A long run of LIBERO episodes with everything that goes wrong at a bench: does anything
+grow or slow down?
+
+    source scripts/env.sh && python bench/soak.py [--minutes 120] [--sample 60]
+        [--model-restart 300] [--seed 0]
+
+Episodes follow one another without a pause: reset, then the scripted expert streamed by
+the action-model node through a ChunkExecutor. Into each one, at random: nothing, a stop
+(the robot's ``stop`` service), a cancel (the executor's) or a reset mid-episode; every
+``--model-restart`` s the model node gets SIGINT and a new one takes over. Every
+``--sample`` s one line: episodes, the robot's and model node's memory (VmRSS), open file
+descriptors and threads, and the p50 / p99 of a single ``predict`` (measured 20 times per
+sample) and of the time between executed steps (their stamps). At the end, each column's
+last quarter against its first (a growth of more than 5 % is flagged); the model node is
+compared within each of its lives.
+"""
+from __future__ import annotations
+
+import argparse
+import random
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+
+SOUP = "pick the alphabet soup and place it in the basket"
+
+
+def proc_stats(pid: int) -> dict:
+    """VmRSS (MiB), threads and open file descriptors of a process."""
+    fields = {}
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        key, _, value = line.partition(":")
+        fields[key] = value.split()
+    return {"rss": int(fields["VmRSS"][0]) / 1024, "threads": int(fields["Threads"][0]),
+            "fds": len(list(Path(f"/proc/{pid}/fd").iterdir()))}
+
+
+class Soak:
+    def __init__(self, logs: Path, seed: int):
+        from rpent_contract.client import RobotClient
+        from rpent_contract.processes import NodeProcess
+
+        self.logs, self.rng = logs, random.Random(seed)
+        root = Path(__file__).resolve().parents[1]
+        self.robot_proc = NodeProcess("rpent_env_sim", "libero_node", {}, logs,
+                                      name="soak_robot",
+                                      params_file=root / "config/libero_sim.yaml")
+        self.robot = RobotClient()
+        self.info = self.robot.wait_ready(180)
+        from rpent_am.client import ActionModelClient
+
+        # One client for every life of the model node: each new node serves the same name.
+        self.model = ActionModelClient(self.robot.node)
+        self.model_proc = None
+        self.lives = 0
+        self.start_model()
+        # When each executed step was published (its stamp, s): arrival times would measure
+        # this process's executor, which takes messages in bursts.
+        self.step_times: list = []
+        from rpent_contract.names import EXECUTED_ACTIONS_TOPIC
+        from rpent_contract.qos import EXECUTED_QOS
+        from rpent_interfaces.msg import ExecutedAction
+
+        self.robot.node.create_subscription(
+            ExecutedAction, EXECUTED_ACTIONS_TOPIC,
+            lambda m: self.step_times.append(m.header.stamp.sec + m.header.stamp.nanosec * 1e-9),
+            EXECUTED_QOS)
+        self.episodes = {"plain": 0, "stop": 0, "cancel": 0, "reset": 0}
+        self.resets_taken_over = 0
+        self.outcomes: dict = {}
+
+    def start_model(self) -> None:
+        from rpent_contract.processes import NodeProcess
+
+        if self.model_proc is not None:
+            code = self.model_proc.stop(10)
+            if code != 0:
+                raise RuntimeError(f"the model node exited {code} on SIGINT:\n"
+                                   f"{self.model_proc.log_tail()}")
+        self.lives += 1
+        name = f"soak_model_{self.lives}"
+        self.model_proc = NodeProcess("rpent_am", "am_node", {"backend": "scripted"}, self.logs,
+                                      name=name, remaps={"__node": "action_model"})
+        self.model.connect(self.info, timeout=120)
+
+    def episode(self) -> None:
+        from rpent_am.chunk_executor import ChunkExecutor
+
+        kind = self.rng.choice(list(self.episodes))
+        response = self.robot.reset(timeout=60)
+        if not response.success:
+            raise RuntimeError(f"reset refused: {response.message}")
+        executor = ChunkExecutor(self.robot, self.model)
+        out = {}
+        runner = threading.Thread(target=lambda: out.setdefault(
+            "report", executor.run(SOUP, max_steps=600, timeout=60.0)), daemon=True)
+        runner.start()
+        if kind != "plain":
+            runner.join(self.rng.uniform(0.5, 4.0))
+            if kind == "stop":
+                self.robot.stop()
+            elif kind == "cancel":
+                executor.cancel()
+            else:
+                # Mid-stream, the executor's next chunk may take over from the reset (the
+                # robot does what it was asked last): then it is the stream that goes on.
+                response = self.robot.reset(timeout=60)
+                if not response.success and "stopped" not in response.message:
+                    raise RuntimeError(f"a reset mid-episode was refused: {response.message}")
+                self.resets_taken_over += not response.success
+        runner.join(120)
+        if runner.is_alive():
+            raise RuntimeError(f"a {kind} episode did not end within 120 s")
+        self.episodes[kind] += 1
+        outcome = out["report"].outcome
+        self.outcomes[outcome] = self.outcomes.get(outcome, 0) + 1
+
+    def predict_ms(self, n: int = 20) -> np.ndarray:
+        times = []
+        for _ in range(n):
+            t0 = time.perf_counter()
+            self.model.predict(SOUP, timeout=10.0)
+            times.append((time.perf_counter() - t0) * 1e3)
+        return np.array(times)
+
+    def close(self) -> None:
+        self.robot.close()
+        for proc in (self.model_proc, self.robot_proc):
+            if proc is not None:
+                proc.stop()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--minutes", type=float, default=120.0)
+    parser.add_argument("--sample", type=float, default=60.0, help="s between samples")
+    parser.add_argument("--model-restart", type=float, default=300.0,
+                        help="s between model node restarts")
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args()
+
+    from rpent_contract.processes import isolate_ros_graph
+
+    isolate_ros_graph()
+    import rclpy
+
+    rclpy.init()
+    rows = []
+    try:
+        with tempfile.TemporaryDirectory() as logs:
+            soak = Soak(Path(logs), args.seed)
+            try:
+                start = last_restart = time.monotonic()
+                last_sample, last_stamp = start, ros_now(soak)
+                print("  min  episodes  robot MiB fds thr | model MiB fds thr life | "
+                      "predict p50/p99 ms | step p50/p99 ms", flush=True)
+                while time.monotonic() - start < args.minutes * 60:
+                    soak.episode()
+                    now = time.monotonic()
+                    if now - last_restart >= args.model_restart:
+                        soak.start_model()
+                        last_restart = now
+                    if now - last_sample >= args.sample:
+                        rows.append(sample(soak, (now - start) / 60, last_stamp))
+                        last_sample, last_stamp = now, ros_now(soak)
+            finally:
+                soak.close()
+    finally:
+        rclpy.try_shutdown()
+    print(f"\nepisodes by disturbance: {soak.episodes}; outcomes: {soak.outcomes}; "
+          f"resets taken over by the stream's next chunk: {soak.resets_taken_over}; "
+          f"model node lives: {soak.lives}")
+    verdict(rows)
+
+
+def sample(soak: Soak, minutes: float, since: float) -> dict:
+    """One line of the table; ``since``: the last sample's time (ROS clock, s)."""
+    robot, model = proc_stats(soak.robot_proc.proc.pid), proc_stats(soak.model_proc.proc.pid)
+    predict = soak.predict_ms()
+    steps = np.array([t for t in soak.step_times if t >= since])
+    gaps = np.diff(steps) * 1e3
+    # Between episodes and chunks the robot waits: only gaps inside motion are steps.
+    gaps = gaps[gaps < 500] if gaps.size else np.array([np.nan])
+    row = {"min": minutes, "episodes": sum(soak.episodes.values()), "life": soak.lives,
+           "robot_rss": robot["rss"], "robot_fds": robot["fds"], "robot_threads": robot["threads"],
+           "model_rss": model["rss"], "model_fds": model["fds"],
+           "model_threads": model["threads"],
+           "predict_p50": np.percentile(predict, 50), "predict_p99": np.percentile(predict, 99),
+           "step_p50": np.percentile(gaps, 50), "step_p99": np.percentile(gaps, 99)}
+    print(f"{minutes:5.1f} {row['episodes']:9d}  {row['robot_rss']:9.1f} {row['robot_fds']:3d} "
+          f"{row['robot_threads']:3d} | {row['model_rss']:9.1f} {row['model_fds']:3d} "
+          f"{row['model_threads']:3d} {row['life']:4d} | {row['predict_p50']:7.1f} / "
+          f"{row['predict_p99']:6.1f} | {row['step_p50']:6.1f} / {row['step_p99']:6.1f}",
+          flush=True)
+    return row
+
+
+def ros_now(soak: Soak) -> float:
+    return soak.robot.node.get_clock().now().nanoseconds * 1e-9
+
+
+def verdict(rows: list) -> None:
+    if len(rows) < 4:
+        print("too few samples for a verdict: run longer than 4 samples")
+        return
+    quarter = max(1, len(rows) // 4)
+    first, last = rows[:quarter], rows[-quarter:]
+    print("\n| column | first quarter | last quarter | change | grew more than 5 % |")
+    print("|---|---|---|---|---|")
+    for key in ("robot_rss", "robot_fds", "robot_threads", "predict_p50", "predict_p99",
+                "step_p50", "step_p99"):
+        a, b = np.median([r[key] for r in first]), np.median([r[key] for r in last])
+        change = (b - a) / a if a else 0.0
+        print(f"| {key} | {a:.1f} | {b:.1f} | {change:+.1%} | "
+              f"{'YES' if change > 0.05 else 'no'} |")
+    # The model node restarts: compare each life's first sample with its last.
+    for life in sorted({r["life"] for r in rows}):
+        mine = [r for r in rows if r["life"] == life]
+        if len(mine) >= 2:
+            a, b = mine[0]["model_rss"], mine[-1]["model_rss"]
+            print(f"model node life {life}: VmRSS {a:.1f} -> {b:.1f} MiB over "
+                  f"{mine[-1]['min'] - mine[0]['min']:.1f} min ({(b - a) / a:+.1%}); fds "
+                  f"{mine[0]['model_fds']} -> {mine[-1]['model_fds']}, threads "
+                  f"{mine[0]['model_threads']} -> {mine[-1]['model_threads']}")
+
+
+if __name__ == "__main__":
+    main()
