@@ -78,19 +78,12 @@ def start_robot(robot: str, logs: Path):
     return start_arm(robot, logs).stop
 
 
-def wiggle(info, steps: int):
-    space = next(s for s in info.control_spaces if s.name == info.default_control_space)
-    rows = np.zeros((steps, len(space.lower)))
-    rows[:, 0] = 0.3 * space.upper[0] * np.where(np.arange(steps) % 2 == 0, 1.0, -1.0)
-    return space.name, rows
-
-
 def run_robot(robot: str, rounds: int, requests: int, clients: int, logs: Path) -> dict:
     from rpent_contract.client import RobotClient
     from rpent_contract.control_space import array_to_chunk
     from rpent_contract.processes import wait_until
     from rpent_interfaces.action import ExecuteChunk
-    from rpent_testkit.bursts import Burst
+    from rpent_testkit.bursts import Burst, wiggle
 
     stop_robot = start_robot(robot, logs)
     client = RobotClient()

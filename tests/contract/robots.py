@@ -85,17 +85,9 @@ class RobotUnderTest:
     emulator: Optional[Callable[[Path], Emulator]] = None
 
     def wiggle(self, info, steps: int) -> tuple[str, np.ndarray]:
-        """A chunk in the default space that moves the arm back and forth around where it is.
+        from rpent_testkit.bursts import wiggle
 
-        Rows alternate in sign so the chunk's net displacement is zero and it never
-        approaches the workspace limits, however long it runs.
-        """
-        space = next(s for s in info.control_spaces if s.name == info.default_control_space)
-        if not space.relative:
-            raise NotImplementedError(f"{self.id}: define a wiggle for absolute space {space.name}")
-        rows = np.zeros((steps, space.dim))
-        rows[:, 0] = 0.3 * space.upper[0] * np.where(np.arange(steps) % 2 == 0, 1.0, -1.0)
-        return space.name, rows
+        return wiggle(info, steps)
 
 
 ROBOTS = [

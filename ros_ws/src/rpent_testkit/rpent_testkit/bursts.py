@@ -1,5 +1,6 @@
-"""Bursts of ``stop`` and cancel requests from several clients at once, as a panicking
-operator, a watchdog and a dashboard send them together; each answer's latency is kept.
+"""Long chunks to interrupt, and bursts of ``stop`` and cancel requests from several clients
+at once, as a panicking operator, a watchdog and a dashboard send them together; each
+answer's latency is kept.
 
 Used by the contract suite (every request answered) and ``bench/stop_burst.py`` (how fast).
 """
@@ -9,6 +10,7 @@ import threading
 import time
 import uuid
 
+import numpy as np
 from action_msgs.msg import GoalInfo
 from action_msgs.srv import CancelGoal
 from std_srvs.srv import Trigger
@@ -17,6 +19,19 @@ from unique_identifier_msgs.msg import UUID
 from rpent_contract.client import spin_in_thread
 from rpent_contract.names import EXECUTE_CHUNK_ACTION, STOP_SERVICE
 from rpent_contract.qos import REQUEST_QOS
+
+
+def wiggle(info, steps: int) -> tuple:
+    """A chunk in the robot's default space that moves the arm back and forth around where it
+    is: (space name, rows). Rows alternate in sign, so the chunk's net displacement is zero
+    and it never approaches the workspace limits, however long it runs."""
+    space = next(s for s in info.control_spaces if s.name == info.default_control_space)
+    if not space.relative:
+        raise NotImplementedError(f"{info.embodiment}: define a wiggle for absolute space "
+                                  f"{space.name}")
+    rows = np.zeros((steps, len(space.lower)))
+    rows[:, 0] = 0.3 * space.upper[0] * np.where(np.arange(steps) % 2 == 0, 1.0, -1.0)
+    return space.name, rows
 
 
 class Burst:
