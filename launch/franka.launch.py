@@ -7,6 +7,14 @@ Launch arguments (name, default, what):
   require_approval         ''               true: every motion waits for safety/approve; empty: the config file's
   driver_only              false            true: only the robot (and dashboard / recorder), no agent or model; runs until stopped
   max_episode_steps        1000             control steps before the episode ends
+  twin                     false            true: rehearse on the arm's physics twin (objects, cameras, a SAM3 server and an operator) instead of the hardware
+  twin_scene               ''               the twin's scene YAML; empty: the shipped franka tabletop
+  twin_task                ''               task of the twin's scene; empty: its first
+  twin_seed                0                draws where the twin's objects start
+  twin_port                8767             TCP port of the twin port on loopback; its SAM3 server takes the next one
+  twin_camera_rate         2.0              frames per second of the twin's cameras
+  operator                 ''               who answers the robot's operator requests: human (rpent operator, the Foxglove layout) | auto (the twin, from its physics); empty: auto on the twin, else human
+  twin_host                127.0.0.2        loopback address the Franka twin serves on (twin:=true; robot_ip is then not used)
   planner                  ''               scripted | api | mcp | claude_code | codex; empty: api if model set, else scripted
   model                    ''               provider:model for api, e.g. anthropic:claude-sonnet-5
   base_url                 ''               the provider's endpoint for api: a proxy, or an OpenAI-compatible server (Ollama, vLLM)
@@ -22,7 +30,7 @@ Launch arguments (name, default, what):
   am_checkpoint            ''               LeRobot checkpoint folder (am_backend:=lerobot)
   am_endpoint              ''               policy server: host:port (openpi), http://... (rpent_http)
   am_model_io              ''               what the model is fed (lerobot, openpi): pi05_libero, lerobot_libero or a YAML file; empty: the backend's default
-  perception               none             segment/locate tools for the agent: sam3_http | none
+  perception               auto             segment/locate tools for the agent: auto (sam3_http on the twin, served by it; else none) | sam3_http | none
   sam3_endpoint            ''               SAM3 server, http://HOST:PORT (perception:=sam3_http)
   dashboard                false            start the Foxglove bridge (ws://127.0.0.1:dashboard_port)
   dashboard_port           8765             TCP port of the Foxglove bridge (dashboard:=true)
@@ -31,6 +39,8 @@ Launch arguments (name, default, what):
   robots_file              ''               YAML, one block per robot (/robot1/libero_sim: ...)
 
 Examples:
+  ros2 launch rpent franka.launch.py twin:=true twin_task:=cube_in_bowl dashboard:=true
+      (rehearse on the twin: the FR3 in franky-sim on a table with objects and cameras)
   ros2 launch rpent franka.launch.py robot_ip:=172.16.0.2 instruction:='put the cube in the bowl'
   ros2 launch rpent franka.launch.py action_model:=/gpu/action_model dashboard:=true record:=true
   ros2 launch rpent franka.launch.py robot_ip:=127.0.0.1 realtime_mode:=ignore driver_only:=true dashboard:=true

@@ -1,36 +1,45 @@
 """Bring-up: an SO-101 arm through LeRobot, action model, agent.
 
 Launch arguments (name, default, what):
-  port               /dev/ttyACM0     serial port of the arm's Feetech bus
-  robot_id           so101_follower   LeRobot robot id (names the calibration file)
-  calibration_dir    ''               folder of <robot_id>.json from lerobot-calibrate; empty: the config file's (LeRobot's default folder)
-  require_approval   ''               true: every motion waits for safety/approve; empty: the config file's
-  driver_only        false            true: only the robot (and dashboard / recorder), no agent or model; runs until stopped
-  max_episode_steps  1000             control steps before the episode ends
-  planner            ''               scripted | api | mcp | claude_code | codex; empty: api if model set, else scripted
-  model              ''               provider:model for api, e.g. anthropic:claude-sonnet-5
-  base_url           ''               the provider's endpoint for api: a proxy, or an OpenAI-compatible server (Ollama, vLLM)
-  instruction        ''               what to do; empty: the task's own instruction
-  max_turns          30               model turns before the run ends as max_turns
-  output_dir         runs             where run folders are created
-  run_dir            ''               use this run folder instead of a new one under output_dir
-  mcp_port           8766             TCP port of the MCP server (planner:=mcp, claude_code, codex)
-  policy_mode        tools            tools | code: the model writes Python that calls the tools as robo.<tool>(...) (run_code)
-  plan_file          ''               scripted planner: YAML/JSON list of tool calls to run instead of its pick-and-place heuristic
-  action_model       ''               model node to use (/gpu/action_model); empty: start one
-  am_backend         none             scripted | lerobot | openpi | rpent_http | none
-  am_checkpoint      ''               LeRobot checkpoint folder (am_backend:=lerobot)
-  am_endpoint        ''               policy server: host:port (openpi), http://... (rpent_http)
-  am_model_io        ''               what the model is fed (lerobot, openpi): pi05_libero, lerobot_libero or a YAML file; empty: the backend's default
-  perception         none             segment/locate tools for the agent: sam3_http | none
-  sam3_endpoint      ''               SAM3 server, http://HOST:PORT (perception:=sam3_http)
-  dashboard          false            start the Foxglove bridge (ws://127.0.0.1:dashboard_port)
-  dashboard_port     8765             TCP port of the Foxglove bridge (dashboard:=true)
-  record             false            record a rosbag2 (MCAP) into the run folder
-  namespace          ''               namespace of this robot's topics, actions and services
-  robots_file        ''               YAML, one block per robot (/robot1/libero_sim: ...)
+  port                     /dev/ttyACM0     serial port of the arm's Feetech bus
+  robot_id                 so101_follower   LeRobot robot id (names the calibration file)
+  calibration_dir          ''               folder of <robot_id>.json from lerobot-calibrate; empty: the config file's (LeRobot's default folder)
+  require_approval         ''               true: every motion waits for safety/approve; empty: the config file's
+  driver_only              false            true: only the robot (and dashboard / recorder), no agent or model; runs until stopped
+  max_episode_steps        1000             control steps before the episode ends
+  twin                     false            true: rehearse on the arm's physics twin (objects, cameras, a SAM3 server and an operator) instead of the hardware
+  twin_scene               ''               the twin's scene YAML; empty: the shipped so101 tabletop
+  twin_task                ''               task of the twin's scene; empty: its first
+  twin_seed                0                draws where the twin's objects start
+  twin_port                8767             TCP port of the twin port on loopback; its SAM3 server takes the next one
+  twin_camera_rate         2.0              frames per second of the twin's cameras
+  operator                 ''               who answers the robot's operator requests: human (rpent operator, the Foxglove layout) | auto (the twin, from its physics); empty: auto on the twin, else human
+  planner                  ''               scripted | api | mcp | claude_code | codex; empty: api if model set, else scripted
+  model                    ''               provider:model for api, e.g. anthropic:claude-sonnet-5
+  base_url                 ''               the provider's endpoint for api: a proxy, or an OpenAI-compatible server (Ollama, vLLM)
+  instruction              ''               what to do; empty: the task's own instruction
+  max_turns                30               model turns before the run ends as max_turns
+  output_dir               runs             where run folders are created
+  run_dir                  ''               use this run folder instead of a new one under output_dir
+  mcp_port                 8766             TCP port of the MCP server (planner:=mcp, claude_code, codex)
+  policy_mode              tools            tools | code: the model writes Python that calls the tools as robo.<tool>(...) (run_code)
+  plan_file                ''               scripted planner: YAML/JSON list of tool calls to run instead of its pick-and-place heuristic
+  action_model             ''               model node to use (/gpu/action_model); empty: start one
+  am_backend               none             scripted | lerobot | openpi | rpent_http | none
+  am_checkpoint            ''               LeRobot checkpoint folder (am_backend:=lerobot)
+  am_endpoint              ''               policy server: host:port (openpi), http://... (rpent_http)
+  am_model_io              ''               what the model is fed (lerobot, openpi): pi05_libero, lerobot_libero or a YAML file; empty: the backend's default
+  perception               auto             segment/locate tools for the agent: auto (sam3_http on the twin, served by it; else none) | sam3_http | none
+  sam3_endpoint            ''               SAM3 server, http://HOST:PORT (perception:=sam3_http)
+  dashboard                false            start the Foxglove bridge (ws://127.0.0.1:dashboard_port)
+  dashboard_port           8765             TCP port of the Foxglove bridge (dashboard:=true)
+  record                   false            record a rosbag2 (MCAP) into the run folder
+  namespace                ''               namespace of this robot's topics, actions and services
+  robots_file              ''               YAML, one block per robot (/robot1/libero_sim: ...)
 
 Examples:
+  ros2 launch rpent so101.launch.py twin:=true twin_task:=cube_in_bowl dashboard:=true
+      (rehearse on the twin: the SO-101 in MuJoCo behind its Feetech bus, with objects)
   ros2 launch rpent so101.launch.py port:=/dev/ttyACM0 robot_id:=my_follower
   ros2 launch rpent so101.launch.py am_backend:=lerobot am_checkpoint:=/models/act_so101
   ros2 launch rpent so101.launch.py calibration_dir:=$HOME/so101_cal driver_only:=true dashboard:=true

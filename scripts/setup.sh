@@ -100,8 +100,10 @@ stage_mark flavor "$FLAVOR"
 VPY="$VENV/bin/python"
 # Some machines' pip configs name package mirrors that do not exist; pip warns about each
 # one per package, which buries real errors. Errors and pip's exit status pass through.
+# No wheel cache: torch's CUDA wheels would stay on disk a second time (about 3 GB), and a
+# CI machine once ran out of space installing them.
 pip_install() {
-  "$VPY" -m pip install --disable-pip-version-check --progress-bar off -q "$@" 2>&1 \
+  "$VPY" -m pip install --no-cache-dir --disable-pip-version-check --progress-bar off -q "$@" 2>&1 \
     | { grep -v "^WARNING: Location '.*' is ignored" || true; }
 }
 

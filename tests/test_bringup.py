@@ -218,6 +218,46 @@ def test_driver_only_starts_the_robot_without_agent_or_model():
         assert not any(n.required for n in nodes)
 
 
+def test_twin_true_puts_the_twin_its_cameras_and_operator_in_place_of_the_hardware():
+    nodes = {n.name: n for n in describe("franka", {
+        "run_dir": "/tmp/r", "twin": "true", "twin_task": "bar_in_bowl", "twin_seed": "4",
+        "twin_port": "9100"})}
+    assert list(nodes) == ["franka_twin", "twin_cameras", "twin_operator", "franka",
+                           "perception", "agent"]
+    physics = nodes["franka_twin"].command
+    assert physics[physics.index("--task") + 1] == "bar_in_bowl"
+    assert physics[physics.index("--seed") + 1] == "4"
+    assert physics[physics.index("--hostname") + 1] == "127.0.0.2"
+    robot = nodes["franka"].parameters
+    assert robot["robot_ip"] == "127.0.0.2" and robot["realtime_mode"] == "ignore"
+    assert robot["external_cameras"] == ["scene", "wrist"]
+    assert [e.split()[0] for e in robot["camera_extrinsics"]] == ["fr3_link0", "fr3_hand"]
+    assert robot["instruction"] == "put the blue bar in the bowl"
+    # The cameras' RealSense topics are remapped onto the robot's, as on a real bench.
+    remaps = nodes["twin_cameras"].remappings
+    assert remaps["scene/aligned_depth_to_color/image_raw"] == "camera/scene/depth/image_raw"
+    assert remaps["wrist/color/camera_info"] == "camera/wrist/camera_info"
+    assert nodes["perception"].parameters == {"backend": "sam3_http", "max_age": 5.0,
+                                              "sam3_endpoint": "http://127.0.0.1:9101"}
+    so101 = {n.name: n for n in describe("so101", {"run_dir": "/tmp/r", "twin": "true",
+                                                   "operator": "human"})}
+    assert "twin_operator" not in so101, "operator:=human leaves the answers to a person"
+    port = so101["so101"].parameters["port"]
+    assert port in so101["so101_twin"].command and port.startswith("/tmp/r/")
+    assert so101["so101"].parameters["tcp_offset"] == [0.0, 0.0, 0.017]
+
+
+@pytest.mark.parametrize("arguments, why", [
+    ({"operator": "auto"}, "operator:=auto: give human"),
+    ({"twin": "true", "twin_host": "10.0.0.2"}, "twin_host:=10.0.0.2: the twin serves on "
+                                                "loopback"),
+    ({"twin": "true", "twin_task": "juggle"}, "no task 'juggle'"),
+])
+def test_twin_arguments_that_cannot_work_are_refused(arguments, why):
+    with pytest.raises(ValueError, match=why):
+        describe("franka", {"run_dir": "/tmp/r", **arguments})
+
+
 @needs_launch_ros
 @pytest.mark.slow
 @pytest.mark.parametrize("arguments, code, why", [

@@ -169,6 +169,25 @@ def perception_args(default: str, choices: str) -> tuple:
     )
 
 
+ARM_PERCEPTION = "auto (sam3_http on the twin, served by it; else none) | sam3_http | none"
+
+
+def twin_args(arm: str) -> tuple:
+    return (
+        Argument("twin", "false", "true: rehearse on the arm's physics twin (objects, cameras, "
+                                  "a SAM3 server and an operator) instead of the hardware"),
+        Argument("twin_scene", "", f"the twin's scene YAML; empty: the shipped {arm} tabletop"),
+        Argument("twin_task", "", "task of the twin's scene; empty: its first"),
+        Argument("twin_seed", "0", "draws where the twin's objects start"),
+        Argument("twin_port", "8767", "TCP port of the twin port on loopback; its SAM3 server "
+                                      "takes the next one"),
+        Argument("twin_camera_rate", "2.0", "frames per second of the twin's cameras"),
+        Argument("operator", "", "who answers the robot's operator requests: human (rpent "
+                                 "operator, the Foxglove layout) | auto (the twin, from its "
+                                 "physics); empty: auto on the twin, else human"),
+    )
+
+
 VIEW_ARGS = (
     Argument("dashboard", "false", "start the Foxglove bridge (ws://127.0.0.1:dashboard_port)"),
     Argument("dashboard_port", "8765", "TCP port of the Foxglove bridge (dashboard:=true)"),
@@ -198,11 +217,12 @@ def model_nodes(args: dict, ns: str) -> tuple[list, str]:
     return [node], (f"/{ns}/action_model" if ns else "/action_model")
 
 
-def perception_nodes(args: dict, ns: str, backend: str) -> tuple[list, str]:
+def perception_nodes(args: dict, ns: str, backend: str,
+                     extra: Optional[dict] = None) -> tuple[list, str]:
     """The perception node to start (if any) and its name for the agent."""
     if backend == "none":
         return [], ""
-    params = {"backend": backend}
+    params = {"backend": backend, **(extra or {})}
     if args["sam3_endpoint"]:
         params["sam3_endpoint"] = args["sam3_endpoint"]
     return [NodeSpec("rpent_perception", "perception_node", "perception", ns,
@@ -307,34 +327,148 @@ def _given(args: dict, convert: dict) -> dict:
     return given
 
 
-def _arm(args: dict, robot: NodeSpec) -> list:
-    """A real arm's run: the robot, then model, perception and agent unless driver_only."""
+def _arm(args: dict, robot: NodeSpec, twin: Optional["Twin"] = None) -> list:
+    """A real arm's run: the robot (and its twin in place of the hardware), then model,
+    perception and agent unless driver_only."""
     ns = robot.namespace
     folder = run_dir(args)
+    bench, eyes_params = [], {}
+    perception = args["perception"]
+    if twin is not None:
+        bench = twin.nodes(args, ns, folder, robot)
+        # The twin's cameras render a frame in a twentieth of a second of CPU, not a
+        # RealSense's 30 per second: give a new frame after a request more time to come.
+        eyes_params = {"max_age": max(5.0, 10.0 / float(args["twin_camera_rate"]))}
+        if perception == "auto":
+            perception = "sam3_http"
+            args = {**args, "sam3_endpoint": args["sam3_endpoint"] or twin.sam3_endpoint(args)}
+    elif perception == "auto":
+        perception = "none"
     if _flag(args["driver_only"]):
-        return [robot, *view_nodes(args, ns, folder)]
+        return [*bench, robot, *view_nodes(args, ns, folder)]
     models, model = model_nodes(args, ns)
-    eyes, perception = perception_nodes(args, ns, args["perception"])
-    return [robot, *models, *eyes,
+    eyes, perception = perception_nodes(args, ns, perception, eyes_params)
+    return [*bench, robot, *models, *eyes,
             agent_node(args, ns, folder, model, args["max_episode_steps"], perception),
             *view_nodes(args, ns, folder)]
 
 
+@dataclass(frozen=True)
+class Twin:
+    """An arm's physics twin in place of its hardware (``twin:=true``): the simulator behind
+    the driver's wire, its cameras as RealSense drivers publish them (remapped onto the
+    robot's camera topics, placed by ``camera_extrinsics``), a SAM3 server answering from
+    the physics, and an operator answering the robot's requests (``operator:=auto``)."""
+
+    arm: str  # the scene's arm: franka | so101
+    frames: tuple  # (mount frame of 'base', of 'hand')
+
+    def scene(self, args: dict):
+        from rpent_twins.scene import load_scene
+
+        scene = load_scene(args["twin_scene"] or self.arm)
+        if args["twin_task"]:
+            scene.task(args["twin_task"])
+        return scene
+
+    @staticmethod
+    def sam3_endpoint(args: dict) -> str:
+        return f"http://127.0.0.1:{int(args['twin_port']) + 1}"
+
+    def robot_parameters(self, args: dict) -> dict:
+        scene = self.scene(args)
+        task = scene.task(args["twin_task"]) if args["twin_task"] else scene.tasks[0]
+        return {**scene.robot_parameters,
+                "external_cameras": [c.name for c in scene.cameras],
+                "camera_extrinsics": scene.camera_extrinsics(dict(zip(("base", "hand"),
+                                                                      self.frames))),
+                "instruction": task.instruction}
+
+    def physics(self, args: dict, folder: str) -> NodeSpec:
+        common = ["--scene", args["twin_scene"] or self.arm, "--task", args["twin_task"],
+                  "--seed", str(int(args["twin_seed"])), "--twin-port", str(int(args["twin_port"]))]
+        if self.arm == "franka":
+            return NodeSpec("rpent_twins", "franky_sim", "franka_twin", command=[
+                node_executable("rpent_twins", "franky_sim"), "--hostname", args["twin_host"],
+                *common])
+        return NodeSpec("rpent_twins", "so101_twin", "so101_twin", command=[
+            node_executable("rpent_twins", "so101_twin"), *common,
+            "--port-link", so101_twin_port(folder), "--calibration-dir",
+            os.path.join(folder, "twin_calibration"), "--robot-id", SO101_TWIN_ID])
+
+    def nodes(self, args: dict, ns: str, folder: str, robot: NodeSpec) -> list:
+        robot.parameters.update(self.robot_parameters(args))
+        host = args["twin_host"] if self.arm == "franka" else "127.0.0.1"
+        port = int(args["twin_port"])
+        remaps = {}
+        for camera in self.scene(args).cameras:
+            c = camera.name
+            remaps.update({f"{c}/color/image_raw": f"camera/{c}/image_raw",
+                           f"{c}/color/camera_info": f"camera/{c}/camera_info",
+                           f"{c}/aligned_depth_to_color/image_raw": f"camera/{c}/depth/image_raw",
+                           f"{c}/aligned_depth_to_color/camera_info":
+                               f"camera/{c}/depth/camera_info"})
+        twin = {"twin_host": host, "twin_port": port}
+        nodes = [self.physics(args, folder),
+                 NodeSpec("rpent_twins", "camera_node", "twin_cameras", ns, parameters={
+                     **twin, "scene": args["twin_scene"] or self.arm,
+                     "rate": float(args["twin_camera_rate"]), "sam3_port": port + 1},
+                          remappings=remaps)]
+        if args["operator"] == "auto":
+            nodes.append(NodeSpec("rpent_twins", "operator_node", "twin_operator", ns,
+                                  parameters=twin))
+        return nodes
+
+
+SO101_TWIN_ID = "so101_twin"
+
+
+def so101_twin_port(folder: str) -> str:
+    """Where the SO-101 twin links its bus's pty: the run folder, one per run."""
+    return os.path.join(folder, "so101_twin_port")
+
+
+def _twin_given(args: dict) -> bool:
+    twin = _flag(args["twin"])
+    operator = args["operator"] or ("auto" if twin else "human")
+    if operator not in ("auto", "human") or (operator == "auto" and not twin):
+        raise ValueError(f"operator:={args['operator']}: give human (rpent operator answers), "
+                         "or auto on a twin (twin:=true), whose operator judges from the "
+                         "physics")
+    args["operator"] = operator
+    return twin
+
+
 def _franka(args: dict) -> list:
+    twin = Twin("franka", ("fr3_link0", "fr3_hand")) if _twin_given(args) else None
+    given = _given(args, {"realtime_mode": str, "relative_dynamics_factor": float,
+                          "require_approval": _flag})
+    if twin is not None:
+        if not args["twin_host"].startswith("127."):
+            raise ValueError(f"twin_host:={args['twin_host']}: the twin serves on loopback, "
+                             "give a 127.x.y.z address")
+        # A rehearsal runs as the FR3 would, but for the real-time kernel it cannot have.
+        given = {"realtime_mode": "ignore", **given}
     return _arm(args, NodeSpec(
         "rpent_hw", "franka_node", "franka", args["namespace"].strip("/"),
         params_files=robot_params(args, "franka.yaml"),
-        parameters={"robot_ip": args["robot_ip"], **_given(args, {
-            "realtime_mode": str, "relative_dynamics_factor": float,
-            "require_approval": _flag})}))
+        parameters={"robot_ip": args["twin_host"] if twin else args["robot_ip"], **given}),
+        twin)
 
 
 def _so101(args: dict) -> list:
+    twin = Twin("so101", ("base_link", "gripper_link")) if _twin_given(args) else None
+    given = _given(args, {"calibration_dir": os.path.abspath, "require_approval": _flag})
+    port, robot_id = args["port"], args["robot_id"]
+    if twin is not None:
+        folder = run_dir(args)
+        args = {**args, "run_dir": folder}  # the twin's port link and calibration live there
+        port, robot_id = so101_twin_port(folder), SO101_TWIN_ID
+        given["calibration_dir"] = os.path.join(folder, "twin_calibration")
     return _arm(args, NodeSpec(
         "rpent_hw", "so101_node", "so101", args["namespace"].strip("/"),
         params_files=robot_params(args, "so101.yaml"),
-        parameters={"port": args["port"], "robot_id": args["robot_id"], **_given(args, {
-            "calibration_dir": os.path.abspath, "require_approval": _flag})}))
+        parameters={"port": port, "robot_id": robot_id, **given}), twin)
 
 
 def _model_params(args: dict) -> dict:
@@ -375,7 +509,10 @@ BRINGUPS = {b.name: b for b in (
                                                  "and jerk, (0, 1]; empty: the config file's"),
         *ARM_ARGS,
         Argument("max_episode_steps", "1000", "control steps before the episode ends"),
-        *AGENT_ARGS, *model_args("none"), *perception_args("none", "sam3_http | none"),
+        *twin_args("franka"),
+        Argument("twin_host", "127.0.0.2", "loopback address the Franka twin serves on "
+                                            "(twin:=true; robot_ip is then not used)"),
+        *AGENT_ARGS, *model_args("none"), *perception_args("auto", ARM_PERCEPTION),
         *VIEW_ARGS), _franka),
     Bringup("so101", "an SO-101 arm through LeRobot, action model, agent", (
         Argument("port", "/dev/ttyACM0", "serial port of the arm's Feetech bus"),
@@ -384,7 +521,8 @@ BRINGUPS = {b.name: b for b in (
                                         "empty: the config file's (LeRobot's default folder)"),
         *ARM_ARGS,
         Argument("max_episode_steps", "1000", "control steps before the episode ends"),
-        *AGENT_ARGS, *model_args("none"), *perception_args("none", "sam3_http | none"),
+        *twin_args("so101"),
+        *AGENT_ARGS, *model_args("none"), *perception_args("auto", ARM_PERCEPTION),
         *VIEW_ARGS), _so101),
     Bringup("action_model", "only the action-model node (for a GPU host)", (
         Argument("am_backend", "lerobot", "scripted | lerobot | openpi | rpent_http"),

@@ -48,10 +48,21 @@ PLAN = (
 )
 
 
-def waypoint(phase: Phase, object_position, target_position, here) -> np.ndarray:
-    """Where a moving phase sends the hand."""
+# The plan's heights are for an arm of the Franka's size: workspaces this tall. A smaller
+# arm (the SO-101 reaches about 0.35 m up) flies its plan proportionally lower.
+REFERENCE_HEIGHT = 0.75
+
+
+def height_scale(workspace_min, workspace_max) -> float:
+    """How much lower than :data:`PLAN` an arm with this workspace box flies, (0, 1]."""
+    return float(min(1.0, max(0.1, (workspace_max[2] - workspace_min[2]) / REFERENCE_HEIGHT)))
+
+
+def waypoint(phase: Phase, object_position, target_position, here,
+             scale: float = 1.0) -> np.ndarray:
+    """Where a moving phase sends the hand (its height above the anchor times ``scale``)."""
     base = {"object": object_position, "target": target_position, "here": here}[phase.anchor]
-    return np.asarray(base, dtype=float) + np.array([0.0, 0.0, phase.height])
+    return np.asarray(base, dtype=float) + np.array([0.0, 0.0, phase.height * scale])
 
 
 # move(phase, position, tolerance_m) -> end-effector position reached
@@ -60,15 +71,16 @@ Move = Callable[[str, np.ndarray, float], np.ndarray]
 Grip = Callable[[str, bool], np.ndarray]
 
 
-def pick_and_place(object_position, target_position, move: Move, grip: Grip) -> None:
-    """Run :data:`PLAN` through blocking primitives."""
+def pick_and_place(object_position, target_position, move: Move, grip: Grip,
+                   scale: float = 1.0) -> None:
+    """Run :data:`PLAN` through blocking primitives, its heights times ``scale``."""
     here = None
     for phase in PLAN:
         if phase.anchor is None:
             here = grip(phase.name, phase.closed)
         else:
             here = move(phase.name,
-                        waypoint(phase, object_position, target_position, here),
+                        waypoint(phase, object_position, target_position, here, scale),
                         phase.tolerance)
 
 

@@ -219,3 +219,15 @@ def free_port(host: str = "127.0.0.1") -> int:
     with socket.socket() as s:
         s.bind((host, 0))
         return s.getsockname()[1]
+
+
+def free_port_pair(host: str = "127.0.0.1") -> int:
+    """A free TCP port whose successor is free too (a twin's port and its SAM3 server)."""
+    while True:
+        port = free_port(host)
+        try:
+            with socket.socket() as s:
+                s.bind((host, port + 1))
+            return port
+        except OSError:
+            continue

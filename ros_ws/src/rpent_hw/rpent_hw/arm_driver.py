@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import threading
+import time
 import uuid
 from abc import abstractmethod
 from dataclasses import dataclass
@@ -28,6 +29,24 @@ class ArmSettings:
     cameras: dict  # name -> (source, width, height, (fx, fy, cx, cy), lens), from declare_cameras
     instruction: str  # published on task_status
     settle_timeout: float  # s: longest wait for the arm to come to rest after a motion
+
+
+def connect_within(connect, timeout: float, log, what: str, retry=Exception):
+    """``connect()``, tried again every half second for ``timeout`` s while it fails with
+    ``retry``: at start-up the arm (or its twin) may come up after its node. The last
+    failure is raised."""
+    deadline, said = time.monotonic() + timeout, False
+    while True:
+        try:
+            return connect()
+        except retry as err:
+            if time.monotonic() >= deadline:
+                raise
+            if not said:
+                log.info(f"{what} not reachable yet ({err}); trying again for up to "
+                         f"{timeout:g} s (connect_timeout)")
+                said = True
+            time.sleep(0.5)
 
 
 def ee_delta_space(max_translation_step: float, max_rotation_step: float, frame_id: str,

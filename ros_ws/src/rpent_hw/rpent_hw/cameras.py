@@ -166,7 +166,8 @@ def declare_cameras(d) -> dict:
 
 
 def declare_camera_mounts(d, cameras, base_frame: str, log) -> dict:
-    """Declare where each camera is mounted (``camera_extrinsics``); return name -> (mount
+    """Declare where each camera is mounted (``camera_extrinsics``, one entry per camera:
+    the node's own, then its ``external_cameras``); return name -> (mount
     frame, position, quaternion x, y, z, w) of its optical frame (z forward, x right, y
     down) in the mount frame, for the node's /tf_static. Cameras without extrinsics are
     named in a warning: their images carry an optical frame that tf cannot place."""
@@ -174,7 +175,8 @@ def declare_camera_mounts(d, cameras, base_frame: str, log) -> dict:
 
     entries = [e for e in d(
         "camera_extrinsics", [""],
-        "Per camera, in the order of cameras: '<mount frame> x y z qx qy qz qw', the optical "
+        "Per camera, in the order of cameras then external_cameras: '<mount frame> x y z qx "
+        "qy qz qw', the optical "
         "frame (z forward, x right, y down) in the mount frame (a link of the robot, e.g. the "
         f"hand for a wrist camera, or the base frame '{base_frame}' for one fixed in the "
         "room), m; [''] = unknown") if e]

@@ -49,7 +49,7 @@ from rpent_contract.geometry import rotation_angle
 from rpent_contract.robot_node import spin_robot_node
 from rpent_contract.validation import GoalRejected
 
-from .arm_driver import ArmDriver, ArmSettings, ee_delta_space
+from .arm_driver import ArmDriver, ArmSettings, connect_within, ee_delta_space
 from .arm_node import ArmNode
 from .cameras import declare_camera_mounts, declare_cameras
 from .safety import SafetyLayer, declare_approval_gate
@@ -96,6 +96,7 @@ class FrankaSettings(ArmSettings):
     settle_velocity: float  # rad/s below which a motion has ended
     gripper_speed: float  # m/s
     gripper_force: float  # N when a goal gives none
+    connect_timeout: float  # s to keep trying to reach the arm at start-up
 
 
 class FrankaDriver(ArmDriver):
@@ -134,7 +135,8 @@ class FrankaDriver(ArmDriver):
         # it, and its first row is checked against it rather than the measured joints.
         self._joint_target: Optional[np.ndarray] = None
         try:
-            self._connect()
+            connect_within(self._connect, settings.connect_timeout, log,
+                           f"the Franka at {self._host}")
         except Exception as err:
             raise ValueError(f"cannot reach the Franka at {self._host}: {err}. Check robot_ip, "
                              "that FCI is enabled in Desk (or franky-sim is running), and that "
@@ -625,8 +627,8 @@ class FrankaNode(ArmNode):
         limits = self.declare_safety_limits(max_goal_translation=0.5, velocity_scale=True)
         approval = declare_approval_gate(d)
         cameras = declare_cameras(d)
-        self.camera_mounts = declare_camera_mounts(d, cameras, self._base_link,
-                                                   self.get_logger())
+        self.camera_mounts = declare_camera_mounts(
+            d, list(cameras) + self.external_cameras, self._base_link, self.get_logger())
         host = d("robot_ip", "172.16.0.2", "Franka control (FCI) address",
                  lambda v: None if v else "must not be empty")
         safety_layer = SafetyLayer(limits)
@@ -655,6 +657,9 @@ class FrankaNode(ArmNode):
                               params.positive),
             settle_timeout=d("settle_timeout", 3.0, "Longest wait for the arm to come to rest, s",
                              params.positive),
+            connect_timeout=d("connect_timeout", 15.0, "Keep trying to reach the arm for this "
+                              "long at start-up (it may come up after the node), s",
+                              params.non_negative),
             gripper_speed=d("gripper_speed", 0.05, "Finger speed, m/s", params.positive),
             gripper_force=d("gripper_force", 20.0, "Grasp force when a goal gives none, N",
                             lambda v: None if 0 < v <= GRIPPER_MAX_FORCE

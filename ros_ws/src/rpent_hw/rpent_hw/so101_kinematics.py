@@ -9,7 +9,8 @@ asset files are read: importing the package itself pulls in LeRobot internals.
 
 Frames: the base is the model's ``base`` body (URDF ``base_link``; x forward, z up, origin
 at the bottom of the base plate); the end effector is the ``gripperframe`` site (URDF
-``gripper_frame_link``, LeRobot's default IK target frame) between the jaw tips.
+``gripper_frame_link``, LeRobot's default IK target frame) at the fixed jaw's tip, or a
+tool centre point offset from it (``tcp_offset``, e.g. between the jaws).
 
 IK: damped least squares on MuJoCo's site Jacobian, iterated from a seed (the previous
 step's solution) with joint limits enforced every iteration. The SO-101 has five arm
@@ -52,13 +53,17 @@ def _dls(jac: np.ndarray, err: np.ndarray) -> np.ndarray:
 class SO101Kinematics:
     """FK / IK of the five arm joints, angles in rad, poses in the base frame (x, y, z, w)."""
 
-    def __init__(self, path: Path | None = None):
+    def __init__(self, path: Path | None = None, tcp_offset=(0.0, 0.0, 0.0)):
+        """``tcp_offset``: the point the poses are of, in the ``gripperframe`` site's frame
+        (m); the site itself by default."""
         import mujoco
 
         self._mj = mujoco
         self.model = mujoco.MjModel.from_xml_path(str(path or model_path()))
         self._data = mujoco.MjData(self.model)
         self._site = mujoco.mj_name2id(self.model, mujoco.mjtObj.mjOBJ_SITE, EE_SITE)
+        self._site_body = int(self.model.site_bodyid[self._site])
+        self._offset = np.asarray(tcp_offset, dtype=np.float64)
         joints = [self.model.joint(name) for name in ARM_JOINTS]
         self._qpos = np.array([int(j.qposadr[0]) for j in joints])
         self._dof = np.array([int(j.dofadr[0]) for j in joints])
@@ -72,7 +77,8 @@ class SO101Kinematics:
         d = self._data
         d.qpos[self._qpos] = q
         self._mj.mj_kinematics(self.model, d)
-        return d.site_xpos[self._site].copy(), d.site_xmat[self._site].reshape(3, 3).copy()
+        rot = d.site_xmat[self._site].reshape(3, 3).copy()
+        return d.site_xpos[self._site] + rot @ self._offset, rot
 
     def forward(self, q) -> tuple[np.ndarray, np.ndarray]:
         """(position m, quaternion x, y, z, w) of the end effector for arm angles ``q``."""
@@ -96,7 +102,7 @@ class SO101Kinematics:
             for _ in range(iterations):
                 p, rot = self._pose(q)
                 mj.mj_comPos(self.model, self._data)
-                mj.mj_jacSite(self.model, self._data, jp, jr, self._site)
+                mj.mj_jac(self.model, self._data, jp, jr, p, self._site_body)
                 a, b = jp[:, self._dof], jr[:, self._dof]
                 e_p = target_p - p
                 dq = _dls(a, e_p)

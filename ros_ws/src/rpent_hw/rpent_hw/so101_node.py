@@ -65,7 +65,7 @@ from rpent_contract.geometry import rotation_angle
 from rpent_contract.robot_node import spin_robot_node
 from rpent_contract.validation import GoalRejected
 
-from .arm_driver import ArmDriver, ArmSettings, ee_delta_space
+from .arm_driver import ArmDriver, ArmSettings, connect_within, ee_delta_space
 from .arm_node import ArmNode
 from .cameras import declare_camera_mounts, declare_cameras
 from .safety import (
@@ -107,12 +107,33 @@ def calibration_command(port: str, robot_id: str, calibration_dir: str) -> str:
     return cmd + (f" --robot.calibration_dir={calibration_dir}" if calibration_dir else "")
 
 
+# A servo at rest takes a few bus cycles to start moving after a new goal; a gripper that
+# has not moved by then has not yet had the chance to, and is not stalled.
+GRIPPER_START_S = 0.25
+# Each read is retried this often within a cycle (scservo_sdk's own retry) before the
+# cycle counts as missed.
+READ_RETRIES = 2
+# Missed cycles for this long after the last answer pause a motion; a bus silent longer is
+# a fault. A cycle that misses takes about 0.1 s (its retries), so a fault is found within
+# 0.3 s, before a motion's watchdog (0.5 s by default) would stop it for the same cause.
+BUS_SILENCE_S = 0.2
+
+
+class BusNotReachable(ValueError):
+    """The port is missing or its servos do not answer: worth trying again while the arm
+    (or its twin) comes up; any other ValueError of :func:`connect_follower` is final."""
+
+
 def connect_follower(port: str, robot_id: str, calibration_dir: str, max_relative_target):
     """A connected LeRobot SO101Follower, or ValueError saying what to do; never prompts.
 
     The calibration is compared before ``connect`` configures the servos, so a mismatch
     leaves them untouched (LeRobot's own connect would ask on stdin instead)."""
     from lerobot.robots.so_follower import SO101Follower, SO101FollowerConfig
+
+    if not Path(port).exists():
+        raise BusNotReachable(f"serial port {port} does not exist: check the USB cable "
+                              "(lerobot-find-port lists the ports)")
 
     robot = SO101Follower(SO101FollowerConfig(
         port=port, id=robot_id, use_degrees=True, max_relative_target=max_relative_target,
@@ -125,10 +146,14 @@ def connect_follower(port: str, robot_id: str, calibration_dir: str, max_relativ
     try:
         robot.bus.connect()
     except Exception as err:
-        raise ValueError(f"cannot talk to the SO-101 servos on {port}: {err}. Check the port "
-                         "(lerobot-find-port), the USB cable and the 12 V supply") from None
+        raise BusNotReachable(f"cannot talk to the SO-101 servos on {port}: {err}. Check the "
+                              "port (lerobot-find-port), the USB cable and the 12 V supply") \
+            from None
     try:
         on_servos = robot.bus.read_calibration()
+    except ConnectionError as err:
+        raise BusNotReachable(f"reading the calibration from the servos on {port} failed: "
+                              f"{err}. Check the USB cable and the 12 V supply") from None
     finally:
         robot.bus.disconnect(disable_torque=False)
     differ = [f"{m} (file {c.homing_offset}/{c.range_min}-{c.range_max}, servo "
@@ -146,7 +171,10 @@ def connect_follower(port: str, robot_id: str, calibration_dir: str, max_relativ
     try:
         robot.connect(calibrate=False)
     except Exception as err:
-        raise ValueError(f"connecting the SO-101 on {port} failed: {err}") from None
+        if robot.bus.is_connected:
+            robot.bus.disconnect(disable_torque=False)
+        # A status packet lost while configuring the servos: worth another try.
+        raise BusNotReachable(f"connecting the SO-101 on {port} failed: {err}") from None
     return robot
 
 
@@ -164,6 +192,8 @@ class SO101Settings(ArmSettings):
     ik_tolerance: float  # m: Cartesian targets the IK misses by more are refused
     gripper_max_width: float  # m at gripper 100
     disable_torque_on_exit: bool
+    connect_timeout: float  # s to keep trying to reach the bus at start-up
+    tcp_offset: tuple  # m, in the gripperframe site's frame: the point ee poses are of
 
 
 class SO101Driver(ArmDriver):
@@ -178,10 +208,12 @@ class SO101Driver(ArmDriver):
         self._max_joint_step = math.radians(settings.max_joint_step)
         self._ik_tolerance = settings.ik_tolerance
         self._gripper_max_width = settings.gripper_max_width
-        self.kin = SO101Kinematics()
-        self._robot = connect_follower(settings.port, settings.robot_id,
-                                       settings.calibration_dir,
-                                       settings.max_relative_target or None)
+        self.kin = SO101Kinematics(tcp_offset=settings.tcp_offset)
+        self._robot = connect_within(
+            lambda: connect_follower(settings.port, settings.robot_id, settings.calibration_dir,
+                                     settings.max_relative_target or None),
+            settings.connect_timeout, log, f"the SO-101 on {settings.port}",
+            retry=BusNotReachable)
         self._robot.config.disable_torque_on_disconnect = settings.disable_torque_on_exit
         # Joint limits: the model's, narrowed to what the calibration lets the servos reach.
         cal = self._robot.calibration
@@ -224,11 +256,12 @@ class SO101Driver(ArmDriver):
         # orientations a 5-joint arm cannot take, by more).
         self._joint_safety = SafetyLayer(self.safety.limits)
         self.safety.forward_kinematics = self.kin.forward
+        self._last_answer = time.monotonic()  # of the last bus cycle the servos answered
         self._start(self._bus_loop, "so101-bus")
 
     # --- the bus thread ----------------------------------------------------------------------
     def _read_present(self) -> np.ndarray:
-        values = self._robot.bus.sync_read("Present_Position")
+        values = self._robot.bus.sync_read("Present_Position", num_retry=READ_RETRIES)
         return np.array([values[m] for m in MOTORS], dtype=np.float64)
 
     def _bus_loop(self) -> None:
@@ -265,8 +298,11 @@ class SO101Driver(ArmDriver):
         except Exception as err:
             self._bus_failed(err)
             return
+        self._last_answer = time.monotonic()
         velocity = np.zeros(6)
-        velocity[:5] = np.radians(present[:5] - self._present[:5]) / self._period
+        # Over the time since the last reading, which a missed cycle makes longer.
+        elapsed = max(1e-3, (measured_ns - self._present_ns) * 1e-9)
+        velocity[:5] = np.radians(present[:5] - self._present[:5]) / elapsed
         self._present, self._present_ns = present, measured_ns
         snap = self._make_snapshot(present, velocity, measured_ns)
         with self._cycle:
@@ -277,6 +313,12 @@ class SO101Driver(ArmDriver):
     def _bus_failed(self, err: Exception) -> None:
         with self._lock:
             known = self._fault
+        if not known and time.monotonic() - self._last_answer < BUS_SILENCE_S:
+            # A status packet lost or late (a busy host, a noisy cable): no new measurement
+            # this cycle, so a motion waits for the next one instead of stepping blind. The
+            # pause is the driver's own, not a chunk's commands coming late.
+            self.watchdog.feed()
+            return
         if not known:
             silent = [m for m in MOTORS if not self._answers(m)]
             who = (f"servo(s) {', '.join(f'{m} (id {self._robot.bus.motors[m].id})' for m in silent)}"
@@ -442,7 +484,8 @@ class SO101Driver(ArmDriver):
             held = self._target is None or self._hold_here
             arm = (present if held else self._target)[:5]
         self._command(np.append(arm, goal))
-        steps, still, deadline = 0, 0, time.monotonic() + self._settle_timeout
+        commanded = time.monotonic()
+        steps, still, deadline = 0, 0, commanded + self._settle_timeout
         try:
             while not motion.stopped and time.monotonic() < deadline:
                 snap = self._next_cycle()
@@ -455,7 +498,9 @@ class SO101Driver(ArmDriver):
                 still = still + 1 if abs(now - present[5]) < 0.2 else 0
                 present = present.copy()
                 present[5] = now
-                if still >= 3:
+                # Stopped short of its goal (on an object, or blocked), once it has had the
+                # time a servo takes to start moving.
+                if still >= 3 and time.monotonic() - commanded >= GRIPPER_START_S:
                     break
         except RobotFault as err:
             snap = self.snapshot()
@@ -596,8 +641,8 @@ class SO101Node(ArmNode):
         limits = self.declare_safety_limits(max_goal_translation=0.3)
         approval = declare_approval_gate(d)
         cameras = declare_cameras(d)
-        self.camera_mounts = declare_camera_mounts(d, cameras, self._base_link,
-                                                   self.get_logger())
+        self.camera_mounts = declare_camera_mounts(
+            d, list(cameras) + self.external_cameras, self._base_link, self.get_logger())
         port = d("port", "/dev/ttyACM0", "Serial port of the servo bus (lerobot-find-port)",
                  lambda v: None if v else "must not be empty")
         max_joint_step = d("max_joint_step", 4.0,
@@ -636,6 +681,14 @@ class SO101Node(ArmNode):
                                      "Switch the servos off when the node exits (LeRobot's "
                                      "default; the arm then drops under gravity)"),
             instruction=d("instruction", "", "Task instruction published on task_status"),
+            connect_timeout=d("connect_timeout", 15.0, "Keep trying to reach the bus for this "
+                              "long at start-up (it may come up after the node), s",
+                              params.non_negative),
+            tcp_offset=tuple(d("tcp_offset", [0.0, 0.0, 0.0], "Tool centre point in the "
+                               "gripper_frame_link frame (LeRobot's IK target, at the fixed "
+                               "jaw's tip; z points across the jaws), m: ee_pose, the ee "
+                               "frame on tf, move_to and ee_delta are of this point",
+                               params.vector(3))),
             cameras=cameras), self.get_logger())
 
 

@@ -20,6 +20,7 @@ other :class:`~rpent_perception.backends.SegmentationBackend`.
 from __future__ import annotations
 
 import threading
+import time
 from dataclasses import dataclass, field, replace
 from typing import Optional
 
@@ -72,7 +73,8 @@ class PerceptionNode(Node):
         self.min_score = d("min_score", 0.3, "detections scoring below this are dropped",
                            lambda v: None if 0.0 <= v <= 1.0 else "must be in [0, 1]")
         self.timeout = d("timeout", 30.0, "s a segmentation may take", params.positive)
-        startup_timeout = d("startup_timeout", 60.0, "s to wait for the robot at start-up",
+        startup_timeout = d("startup_timeout", 60.0, "s to wait for the robot (and the SAM3 "
+                            "server) at start-up",
                             params.positive)
         if backend is None and backend_name == "sam3_http":
             endpoint = d("sam3_endpoint", "", "SAM3 server, http://HOST:PORT")
@@ -82,8 +84,9 @@ class PerceptionNode(Node):
         self.robot = RobotClient(namespace=self.get_namespace(),
                                  node_name="perception_robot_client", actions=())
         try:
+            deadline = time.monotonic() + startup_timeout
             self.info = self.robot.wait_ready(startup_timeout)
-            self.backend = backend or self._make_backend(backend_name)
+            self.backend = backend or self._make_backend(backend_name, deadline)
         except Exception:
             self.robot.close()
             raise
@@ -112,7 +115,7 @@ class PerceptionNode(Node):
         self.get_logger().info(f"perception ready: backend {self.backend.name}, cameras "
                                f"{list(self.info.camera_names)}")
 
-    def _make_backend(self, name: str) -> SegmentationBackend:
+    def _make_backend(self, name: str, deadline: float) -> SegmentationBackend:
         if name == "sim":
             if SEGMENT_SERVICE not in self.info.sim_services:
                 raise params.ParameterError(
@@ -122,7 +125,16 @@ class PerceptionNode(Node):
             return SimSegmentation(
                 lambda camera, query: self.robot.segment(camera, query, timeout=self.timeout))
         from .backends.sam3_http import Sam3HttpBackend
-        return Sam3HttpBackend(self.get_parameter("sam3_endpoint").value, timeout=self.timeout)
+
+        # A server started with the robot (a twin's) may come up after this node.
+        while True:
+            try:
+                return Sam3HttpBackend(self.get_parameter("sam3_endpoint").value,
+                                       timeout=self.timeout)
+            except SegmentationError:
+                if time.monotonic() >= deadline:
+                    raise
+                time.sleep(0.5)
 
     def _on_camera(self, name: str, kind: str, msg) -> None:
         with self._arrived:
@@ -179,8 +191,7 @@ class PerceptionNode(Node):
         return [d for d in self.backend.segment(camera, rgb, query) if d.score >= self.min_score]
 
     def _locate(self, request, response):
-        cameras = [request.camera] if request.camera else [
-            n for n, v in self._views.items() if v.depth is not None]
+        cameras = [request.camera] if request.camera else self._depth_cameras()
         if not cameras:
             response.message = "no camera of this robot publishes a depth image; locate needs one"
             return response
@@ -209,6 +220,15 @@ class PerceptionNode(Node):
                         f"{', '.join(cameras)}: look from elsewhere or rephrase the query")
         response.message = "; ".join([summary, *notes])
         return response
+
+    def _depth_cameras(self) -> list:
+        """Cameras that publish depth; right after start-up, the first to do so within
+        max_age (none may have sent a frame yet)."""
+        with self._arrived:
+            self._arrived.wait_for(lambda: any(v.depth is not None
+                                               for v in self._views.values()),
+                                   timeout=self.max_age)
+            return [n for n, v in self._views.items() if v.depth is not None]
 
     def _locate_in(self, camera: str, query: str) -> list:
         view = self._fresh_view(camera, need_depth=True)

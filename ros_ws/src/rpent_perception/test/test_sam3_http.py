@@ -9,8 +9,9 @@ import numpy as np
 import pytest
 
 from rpent_contract.images import encode_png
+from rpent_contract.sam3_wire import Sam3HttpServer
 from rpent_perception.backends import SegmentationError
-from rpent_perception.backends.sam3_http import Sam3HttpBackend, Sam3HttpServer
+from rpent_perception.backends.sam3_http import Sam3HttpBackend
 
 H, W = 48, 64
 
@@ -91,6 +92,20 @@ def test_a_server_that_does_not_answer_in_time_is_reported(image):
                 backend.segment("front", image, "mug")
         finally:
             release.set()
+            backend.close()
+
+
+def test_an_image_the_server_cannot_segment_is_refused_with_its_reason(image):
+    def only_known(rgb, text):
+        raise ValueError("this server segments only frames it published")
+
+    with Sam3HttpServer(only_known) as server:
+        backend = Sam3HttpBackend(server.endpoint)
+        try:
+            with pytest.raises(SegmentationError,
+                               match=r"HTTP 422\): this server segments only frames"):
+                backend.segment("front", image, "mug")
+        finally:
             backend.close()
 
 

@@ -35,7 +35,7 @@ import time
 import tty
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable, Optional
+from typing import Callable, Iterable, Optional
 
 BROADCAST_ID = 0xFE
 PING, READ, WRITE, REG_WRITE, ACTION, SYNC_READ, SYNC_WRITE = 0x01, 0x02, 0x03, 0x04, 0x05, \
@@ -198,8 +198,12 @@ class FeetechBusEmulator:
 
     def __init__(self, calibration: Optional[dict[str, ServoCalibration]] = None,
                  start_degrees: Optional[dict[str, float]] = None,
-                 max_speed: float = STS3215_MAX_SPEED):
+                 max_speed: float = STS3215_MAX_SPEED,
+                 servo_factory: Optional[Callable[[str, ServoCalibration, float], Servo]] = None):
+        """``servo_factory(name, calibration, start steps)`` makes each servo: kinematic
+        ones by default, physics-driven ones for the SO-101 twin."""
         calibration = calibration or so101_calibration()
+        make = servo_factory or (lambda name, cal, steps: Servo(cal, steps, max_speed))
         start_degrees = start_degrees or {}
         self._lock = threading.Lock()
         self.servos: dict[int, Servo] = {}
@@ -208,7 +212,7 @@ class FeetechBusEmulator:
             mid = (cal.range_min + cal.range_max) / 2.0
             # LeRobot degrees: (present - mid) * 360 / 4095.
             steps = mid + start_degrees.get(name, 0.0) * (RESOLUTION - 1) / 360.0
-            self.servos[cal.id] = Servo(cal, steps, max_speed)
+            self.servos[cal.id] = make(name, cal, steps)
             self.names[name] = cal.id
         self._silent: set[int] = set()
         self._master, self._slave = os.openpty()

@@ -1,6 +1,9 @@
 """franky-sim (MuJoCo FR3 speaking the libfranka protocol) for tests, benches and demos.
 
     python -m rpent_twins.franky_sim --hostname 127.0.0.1     # serve on 127.0.0.1:1337/1338
+    python -m rpent_twins.franky_sim --hostname 127.0.0.2 --scene franka --task cube_in_bowl
+        # the Franka twin: the arm on a table with objects (rpent_twins.scene), its cameras
+        # in the model, and the twin port (rpent_twins.twin_port) on 127.0.0.2:8767
 
 Same server as the ``franky-sim`` command (which needs ``-s mujoco`` when Genesis is not
 installed) with one change: the wrist joints' damping. franky-sim's default (200 Nm s/rad
@@ -33,10 +36,25 @@ SIM_PARAMETERS = {"realtime_mode": "ignore", "settle_velocity": 2e-6}
 READY = "franky-sim ready on "
 
 
+# The items' contact with the Franka Hand's pads: firm (little sinking under the grasp
+# force) and with torsional friction, so a grasped item neither slips nor spins out through
+# a lift, a carry and a place.
+FRANKA_ITEM_CONTACT = {"friction": "1.5 0.02 0.0002", "condim": "4",
+                       "solref": "0.004 1", "solimp": "0.95 0.99 0.001"}
+# The floor under the twin's table (franky-sim puts its ground where the robot stands).
+FLOOR_Z = -0.75
+
+
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--hostname", default="127.0.0.1", help="loopback address to serve on")
     parser.add_argument("--wrist-damping", type=float, default=WRIST_DAMPING)
+    parser.add_argument("--scene", default="", help="tabletop scene: 'franka' (the shipped "
+                        "one) or a scene YAML file; none: the bare arm")
+    parser.add_argument("--task", default="", help="the scene's task (default: its first)")
+    parser.add_argument("--seed", type=int, default=0, help="draws the items' placement")
+    parser.add_argument("--twin-port", type=int, default=0,
+                        help="TCP port of the twin port on --hostname (with --scene)")
     args = parser.parse_args(argv)
 
     try:
@@ -45,15 +63,69 @@ def main(argv=None) -> None:
         raise SystemExit(f"error: {err}") from None
     from franky_sim.mujoco_simulator import MUJOCO_DEFAULT_KV, MujocoSimulator
 
+    scene = None
+    if args.scene:
+        from .scene import SceneError, load_scene
+
+        try:
+            scene = load_scene(args.scene)
+            if args.task:  # an unknown task is refused before the physics starts
+                scene.task(args.task)
+        except SceneError as err:
+            raise SystemExit(f"error: {err}") from None
     kv = tuple(MUJOCO_DEFAULT_KV[:4]) + (args.wrist_damping,) * 3
     with MujocoSimulator() as sim:
         robot = sim.add_robot(kv=kv)
+        if scene is not None:
+            xml = _add_scene(sim, scene)
         with franky_sim.SimulationServer(sim, hostname_candidates=[args.hostname]) as server:
+            host = None
+            if scene is not None:
+                host = _serve_twin(sim, scene, xml, args)
             print(READY + robot.hostname, flush=True)
             try:
                 server.run_forever()
             except KeyboardInterrupt:
                 pass
+            finally:
+                if host is not None:
+                    host.close()
+                    print(host.clock.report(float(sim.data.time)), flush=True)
+
+
+def _add_scene(sim, scene) -> str:
+    """The table, items and cameras in franky-sim's model before it compiles; the MJCF."""
+    import xml.etree.ElementTree as ET
+
+    from .scene import add_to_mjcf
+
+    for geom in sim.worldbody.iter("geom"):
+        if geom.get("name") == "ground":
+            geom.set("pos", f"0 0 {FLOOR_Z}")
+    hand = next(b for b in sim.worldbody.iter("body") if b.get("name") == "robot0_hand")
+    add_to_mjcf(scene, sim.worldbody, hand, FRANKA_ITEM_CONTACT)
+    return ET.tostring(sim.scene, encoding="unicode")
+
+
+def _serve_twin(sim, scene, xml: str, args):
+    """Twin port on --hostname; scene requests and the camera state between steps."""
+    from .twin_host import TwinHost
+    from .twin_port import DEFAULT_PORT
+
+    host = TwinHost(scene, sim.model, sim.data, xml, args.task, args.seed, snapshot_every=10)
+    timer = {"t": time.perf_counter()}
+
+    def before(_sim):
+        timer["t"] = time.perf_counter()
+
+    def after(_sim):
+        host.clock.stepped(time.perf_counter() - timer["t"])
+        host.between_steps()
+
+    sim.register_pre_step_callback(before)
+    sim.register_post_step_callback(after)
+    host.serve(args.hostname, args.twin_port or DEFAULT_PORT)
+    return host
 
 
 def free_loopback_address(rng: Optional[random.Random] = None) -> str:

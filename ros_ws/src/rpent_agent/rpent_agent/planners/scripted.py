@@ -7,6 +7,7 @@ then read the verdict (the simulator's, or the operator's where the robot gives 
 from __future__ import annotations
 
 import json
+import math
 import time
 from pathlib import Path
 
@@ -15,6 +16,7 @@ import yaml
 
 from rpent_contract.geometry import quaternion_to_rpy
 from rpent_contract.pick_place import (
+    height_scale,
     objects_in_instruction,
     phrases_in_instruction,
     pick_and_place,
@@ -105,21 +107,31 @@ class ScriptedPlanner:
             self._step(toolkit, "finish", {"status": "failure", "summary": str(err)})
             return
         # Keep the hand as it starts (pointing down), as the pick-and-place plan expects.
-        rpy = [float(a) for a in quaternion_to_rpy(start.data["orientation"])]
+        orientation = hand_orientation(start.data["position"], start.data["orientation"],
+                                       _arm_joints(toolkit.info))
 
         def move(phase, position, tolerance):
             r = self._step(toolkit, "move_to", {"x": float(position[0]), "y": float(position[1]),
-                                                "z": float(position[2]), "rpy": rpy,
+                                                "z": float(position[2]),
+                                                "rpy": orientation(position),
                                                 "tolerance": float(tolerance)})
             return np.asarray(r.data["position"])
 
         def grip(phase, close):
-            self._step(toolkit, "gripper", {"action": "close" if close else "open"})
+            # An opening that something stops short (a container's wall) has still let go:
+            # the plan goes on, and the verdict judges where the object ended up.
+            self._step(toolkit, "gripper", {"action": "close" if close else "open"},
+                       must_succeed=close)
             state = toolkit.observer.state()
             p = state.ee_pose.position
             return np.array([p.x, p.y, p.z])
 
-        pick_and_place(obj_position, target_position, move, grip)
+        info = toolkit.info
+        pick_and_place(obj_position, target_position, move, grip,
+                       height_scale((info.workspace_min.x, info.workspace_min.y,
+                                     info.workspace_min.z),
+                                    (info.workspace_max.x, info.workspace_max.y,
+                                     info.workspace_max.z)))
         if "get_object_poses" not in toolkit.tools:
             # Perception found the objects, so the robot gives no verdict of its own: the
             # operator (a person, or the simulator standing in for one) judges.
@@ -166,3 +178,22 @@ class ScriptedPlanner:
     def _success(toolkit) -> bool:
         task = toolkit.observer.task()
         return bool(task is not None and task.success)
+
+
+def hand_orientation(start_position, start_orientation, arm_joints: int):
+    """position -> the hand's roll, pitch, yaw there: as it starts. An arm of five joints
+    turns its hand with its base, so it keeps its orientation relative to the direction
+    of the hand from the base, the one orientation it can take everywhere."""
+    roll, pitch, yaw = (float(a) for a in quaternion_to_rpy(start_orientation))
+    if arm_joints >= 6:
+        return lambda position: [roll, pitch, yaw]
+    offset = yaw - math.atan2(start_position[1], start_position[0])
+    return lambda position: [roll, pitch, math.atan2(position[1], position[0]) + offset]
+
+
+def _arm_joints(info) -> int:
+    """The arm's joints, from its joint_position control space (6 where it has none)."""
+    for space in info.control_spaces:
+        if space.name == "joint_position":
+            return sum(1 for label in space.labels if "gripper" not in label)
+    return 6
