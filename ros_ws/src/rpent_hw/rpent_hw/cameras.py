@@ -165,9 +165,9 @@ def declare_cameras(d) -> dict:
     return cameras
 
 
-def declare_camera_mounts(d, cameras, base_frame: str, log) -> dict:
-    """Declare where each camera is mounted (``camera_extrinsics``, one entry per camera:
-    the node's own, then its ``external_cameras``); return name -> (mount
+def declare_camera_mounts(d, cameras, base_frame: str, log, external=()) -> dict:
+    """Declare where each camera is mounted (``camera_extrinsics``: one entry per camera of
+    the node's own, then optionally one per ``external`` camera); return name -> (mount
     frame, position, quaternion x, y, z, w) of its optical frame (z forward, x right, y
     down) in the mount frame, for the node's /tf_static. Cameras without extrinsics are
     named in a warning: their images carry an optical frame that tf cannot place."""
@@ -175,15 +175,19 @@ def declare_camera_mounts(d, cameras, base_frame: str, log) -> dict:
 
     entries = [e for e in d(
         "camera_extrinsics", [""],
-        "Per camera, in the order of cameras then external_cameras: '<mount frame> x y z qx "
-        "qy qz qw', the optical "
+        "Per camera, in the order of cameras (then, optionally, external_cameras): '<mount "
+        "frame> x y z qx qy qz qw', the optical "
         "frame (z forward, x right, y down) in the mount frame (a link of the robot, e.g. the "
         f"hand for a wrist camera, or the base frame '{base_frame}' for one fixed in the "
         "room), m; [''] = unknown") if e]
     names = list(cameras)
+    if external and len(entries) == len(names) + len(external):
+        names += list(external)
     if entries and len(entries) != len(names):
+        also = (f" (or one for each of these and then for external_cameras {list(external)})"
+                if external else "")
         raise ParameterError(f"camera_extrinsics has {len(entries)} entries for cameras "
-                             f"{names}: give one per camera, in the same order")
+                             f"{names}{also}: give one per camera, in the same order")
     mounts = {}
     for name, entry in zip(names, entries):
         fields = entry.split()

@@ -627,8 +627,8 @@ class FrankaNode(ArmNode):
         limits = self.declare_safety_limits(max_goal_translation=0.5, velocity_scale=True)
         approval = declare_approval_gate(d)
         cameras = declare_cameras(d)
-        self.camera_mounts = declare_camera_mounts(
-            d, list(cameras) + self.external_cameras, self._base_link, self.get_logger())
+        self.camera_mounts = declare_camera_mounts(d, cameras, self._base_link,
+                                                   self.get_logger(), self.external_cameras)
         host = d("robot_ip", "172.16.0.2", "Franka control (FCI) address",
                  lambda v: None if v else "must not be empty")
         safety_layer = SafetyLayer(limits)

@@ -641,8 +641,8 @@ class SO101Node(ArmNode):
         limits = self.declare_safety_limits(max_goal_translation=0.3)
         approval = declare_approval_gate(d)
         cameras = declare_cameras(d)
-        self.camera_mounts = declare_camera_mounts(
-            d, list(cameras) + self.external_cameras, self._base_link, self.get_logger())
+        self.camera_mounts = declare_camera_mounts(d, cameras, self._base_link,
+                                                   self.get_logger(), self.external_cameras)
         port = d("port", "/dev/ttyACM0", "Serial port of the servo bus (lerobot-find-port)",
                  lambda v: None if v else "must not be empty")
         max_joint_step = d("max_joint_step", 4.0,
