@@ -179,7 +179,6 @@ class PhysicsServo(Servo):
             force = float(p.data.actuator_force[actuator])
             limit = float(np.max(np.abs(p.model.actuator_forcerange[actuator]))) or 1.0
         present = int(round(p.register(name, angle)))
-        self.shaft = present + self._homing()
         self._put(ADDR["present"], 2, _encode_sign(present, 15))
         self._put(ADDR["velocity"], 2, _encode_sign(int(round(speed / RAD_PER_STEP)), 15))
         self._put(ADDR["load"], 2, _encode_sign(int(round(1000 * min(1.0, abs(force) / limit)))
@@ -188,10 +187,7 @@ class PhysicsServo(Servo):
 
     def _refresh_present(self) -> None:
         # The base class computes it from its kinematic shaft; here the physics does.
-        if hasattr(self, "_physics"):
-            self.advance()
-        else:
-            super()._refresh_present()
+        self.advance()
 
 
 def run(args) -> None:
@@ -216,8 +212,7 @@ def run(args) -> None:
             with physics.lock:
                 started = time.perf_counter()
                 physics.step(STEPS_PER_TICK)
-                for _ in range(STEPS_PER_TICK):
-                    host.clock.stepped((time.perf_counter() - started) / STEPS_PER_TICK)
+                host.clock.stepped(time.perf_counter() - started, STEPS_PER_TICK)
                 host.between_steps()
             next_tick += period
             delay = next_tick - time.monotonic()

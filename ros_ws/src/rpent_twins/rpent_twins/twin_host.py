@@ -28,8 +28,8 @@ class WallClock:
         self.started = time.monotonic()
         self.steps, self.busy = 0, 0.0
 
-    def stepped(self, seconds: float) -> None:
-        self.steps += 1
+    def stepped(self, seconds: float, steps: int = 1) -> None:
+        self.steps += steps
         self.busy += seconds
 
     def report(self, sim_time: float) -> str:
