@@ -24,7 +24,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from rpent.eval.cli import parse_indices
+from rpent.eval.robots import parse_indices
 from rpent.eval.stats import wilson
 from rpent_contract.processes import free_port_pair, isolate_ros_graph
 from rpent_twins.scene import load_scene

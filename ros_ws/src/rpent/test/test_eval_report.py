@@ -5,9 +5,10 @@ import json
 
 import pytest
 
-from rpent.eval.cli import bringup_args, parse_indices
+from rpent.eval.cli import bringup_args
 from rpent.eval.report import compare, compare_markdown, write_report
 from rpent.eval.results import EvalFolder, load_records
+from rpent.eval.robots import LiberoSuites, TwinSuites, parse_indices, suites_for
 from rpent.eval.stats import tables, wilson
 
 
@@ -61,13 +62,54 @@ def test_bad_selections_name_the_valid_range(spec):
 
 
 def test_bringup_arguments_are_the_bringups_and_harness_ones_are_refused():
-    args = bringup_args(["planner:=scripted", "privileged:=false"])
+    args = bringup_args(["planner:=scripted", "privileged:=false"], LiberoSuites())
     assert args["planner"] == "scripted" and args["privileged"] == "false"
     assert args["am_backend"] == "scripted" and "suite" not in args
     with pytest.raises(ValueError, match="--suites"):
-        bringup_args(["suite:=libero_goal"])
+        bringup_args(["suite:=libero_goal"], LiberoSuites())
     with pytest.raises(ValueError, match="unknown argument"):
-        bringup_args(["planer:=scripted"])
+        bringup_args(["planer:=scripted"], LiberoSuites())
+
+
+def test_a_twin_suite_evaluates_on_its_arms_bringup_with_the_twin_owned_by_the_harness():
+    suites = suites_for(["so101_tabletop"])
+    assert isinstance(suites, TwinSuites) and suites.bringup == "so101"
+    args = bringup_args(["planner:=scripted", "twin_camera_rate:=4.0"], suites)
+    assert args["twin_camera_rate"] == "4.0" and args["port"] == "/dev/ttyACM0"
+    assert "privileged" not in args and "twin_task" not in args
+    for owned, flag in (("twin_task:=cube_in_bowl", "--tasks"),
+                        ("twin_seed:=3", "--init-states"), ("twin:=false", "always true")):
+        with pytest.raises(ValueError, match=flag):
+            bringup_args([owned], suites)
+    with pytest.raises(ValueError, match="unknown argument"):
+        bringup_args(["privileged:=false"], suites)  # LIBERO's, not an arm's
+
+
+def test_twin_episodes_are_tasks_by_placement_seeds_and_one_robot_per_evaluation():
+    suites = suites_for(["franka_tabletop"])
+    episodes = suites.select(["franka_tabletop"], "0,6", "2-3", "0")
+    assert [(e.task_id, e.init_state_index, e.seed) for e in episodes] == \
+        [(0, 2, 0), (0, 3, 0), (6, 2, 0), (6, 3, 0)]
+    assert len(suites.select(["franka_tabletop"], "1", "all", "0")) == 50
+    assert episodes[0].folder == "franka_tabletop-t00-i02-s0"
+    with pytest.raises(ValueError, match="placement seeds"):
+        suites.select(["franka_tabletop"], "0", "0", "1")
+    with pytest.raises(ValueError, match=r"--tasks of franka_tabletop \[7\] out of range"):
+        suites.select(["franka_tabletop"], "7", "0", "0")
+    with pytest.raises(ValueError, match="one robot"):
+        suites_for(["franka_tabletop", "libero_object"])
+    with pytest.raises(ValueError, match="different arms"):
+        suites_for(["franka_tabletop", "so101_tabletop"])
+    assert isinstance(suites_for(["libero_object", "libero_goal"]), LiberoSuites)
+
+
+def test_the_list_names_each_twin_task_by_its_index(capsys):
+    from rpent.eval.cli import main
+
+    assert main(["--list"]) == 0
+    out = capsys.readouterr().out
+    assert "franka_tabletop" in out and "so101_tabletop" in out
+    assert "    0: cube_in_bowl (put the red cube in the bowl)" in out
 
 
 def test_tables_count_errors_apart_and_average_judged_episodes():

@@ -1,31 +1,33 @@
-"""``rpent eval``: success rates of a planner and action model over LIBERO suites.
+"""``rpent eval``: success rates of a planner and action model over LIBERO suites or an
+arm's twin.
 
     rpent eval --suites libero_object --tasks 0-4 --init-states 0-9 planner:=scripted
     rpent eval --workers 2 --out evals/api model:=anthropic:claude-sonnet-5
+    rpent eval --suites franka_tabletop --init-states 0-9    # the Franka twin's tasks
     rpent eval report evals/api                 # rewrite report.md / .json / .png
     rpent eval compare evals/base evals/new     # two evaluations side by side
     rpent eval --list                           # suites, tasks and initial states
 
-Flags choose the episodes and run the harness; ``name:=value`` arguments are the
-``libero_sim`` bring-up's own (planner, model, base_url, am_backend, am_checkpoint,
-am_endpoint, am_model_io, action_model, privileged, max_turns, max_episode_steps,
-robots_file), with
-the same defaults. Rerunning the same command resumes: finished episodes are skipped.
+Flags choose the episodes and run the harness; ``name:=value`` arguments are those of the
+robot's bring-up (``libero_sim``, or on a twin suite ``franka`` / ``so101``): planner,
+model, base_url, am_backend, am_checkpoint, am_endpoint, am_model_io, action_model,
+privileged, max_turns, max_episode_steps, robots_file, twin_camera_rate, ..., with the same
+defaults. A twin suite's initial states are placement seeds of its items. Rerunning the
+same command resumes: finished episodes are skipped.
 """
 from __future__ import annotations
 
 import argparse
 import json
-import re
 import sys
-import warnings
 from pathlib import Path
 
 from rpent.bringup import BRINGUPS
 
 from .report import compare, compare_markdown, write_report
 from .results import config_hash, load_records
-from .workers import Episode, EpisodeLimits
+from .robots import TWIN_WORKER_CORES, listing, suites_for
+from .workers import EpisodeLimits
 
 # Bring-up arguments the harness sets itself, per worker or per episode.
 HARNESS_OWNED = {
@@ -36,77 +38,25 @@ HARNESS_OWNED = {
 }
 
 
-def parse_indices(spec: str, count: int, what: str) -> list[int]:
-    """``all``, ``3``, ``0-9`` or ``0,2,5-7`` -> sorted indices, each below ``count``."""
-    if spec == "all":
-        return list(range(count))
-    chosen = set()
-    for part in spec.split(","):
-        match = re.fullmatch(r"(\d+)(?:-(\d+))?", part.strip())
-        if not match:
-            raise ValueError(f"{what} '{spec}' is not a selection like all, 3, 0-9 or 0,2,5-7")
-        low = int(match[1])
-        chosen.update(range(low, int(match[2] or low) + 1))
-    bad = sorted(i for i in chosen if not 0 <= i < count)
-    if bad:
-        raise ValueError(f"{what} {bad} out of range: valid 0..{count - 1}")
-    return sorted(chosen)
-
-
-def _libero():
-    from rpent_env_sim import libero_sim
-
-    # LIBERO's task parser (lark) warns about deprecated modules while the suites load.
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", DeprecationWarning)
-        libero_sim.LiberoSim.available_suites()
-    return libero_sim
-
-
-def select(suites: list[str], tasks: str, init_states: str, seeds: str) -> list[Episode]:
-    suite_tasks = _libero().suite_tasks
-
-    episodes = []
-    seed_values = parse_indices(seeds, 10**6, "--seeds")
-    for suite in suites:
-        catalog = suite_tasks(suite)
-        for task_id in parse_indices(tasks, len(catalog), f"--tasks of {suite}"):
-            task = catalog[task_id]
-            if task.problems:
-                raise ValueError(
-                    f"{suite} task {task_id} cannot run here, the installed benchmark lacks "
-                    f"{'; '.join(task.problems)}; choose other --tasks (rpent eval --list "
-                    "shows which are complete)")
-            for index in parse_indices(init_states, task.n_init_states,
-                                       f"--init-states of {suite} task {task_id}"):
-                episodes += [Episode(suite, task_id, index, s) for s in seed_values]
-    return episodes
-
-
 def list_suites() -> int:
-    libero_sim = _libero()
-    for suite in libero_sim.LiberoSim.available_suites():
-        tasks = libero_sim.suite_tasks(suite)
-        runnable = [t for t in tasks if not t.problems]
-        states = sorted({t.n_init_states for t in runnable})
-        note = "" if len(runnable) == len(tasks) else \
-            f" ({len(tasks) - len(runnable)} incomplete upstream)"
-        print(f"{suite:<28} {len(runnable):>3} tasks{note}, initial states per task: "
-              f"{', '.join(map(str, states)) or '-'}")
+    print("\n".join(listing()))
     return 0
 
 
-def bringup_args(items: list[str]) -> dict:
+def bringup_args(items: list[str], suites) -> dict:
+    """The bring-up arguments given, with the defaults of the robot's bring-up for the rest,
+    less those the harness sets."""
+    owned = {**HARNESS_OWNED, **suites.owned}
     given = {}
     for item in items:
         name, sep, value = item.partition(":=")
         if not sep:
             raise ValueError(f"arguments are name:=value (as with ros2 launch), got '{item}'")
-        if name in HARNESS_OWNED:
-            raise ValueError(f"'{name}' is set by the evaluation: use {HARNESS_OWNED[name]}")
+        if name in owned:
+            raise ValueError(f"'{name}' is set by the evaluation: use {owned[name]}")
         given[name] = value
-    resolved = BRINGUPS["libero_sim"].resolve(given)
-    return {k: v for k, v in resolved.items() if k not in HARNESS_OWNED}
+    resolved = BRINGUPS[suites.bringup].resolve(given)
+    return {k: v for k, v in resolved.items() if k not in owned}
 
 
 def _run_parser() -> argparse.ArgumentParser:
@@ -115,14 +65,18 @@ def _run_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="rpent eval", description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     p.add_argument("--suites", default="libero_object",
-                   help="comma-separated LIBERO / LIBERO-PRO suites (default libero_object)")
+                   help="comma-separated LIBERO / LIBERO-PRO suites (default libero_object), "
+                        "or one arm's twin suites (franka_tabletop, so101_tabletop, a scene "
+                        "YAML)")
     p.add_argument("--tasks", default="all", help="task ids: all, 3, 0-9, 0,2,5-7")
     p.add_argument("--init-states", default="all",
-                   help="initial-state indices (default all: LIBERO records 50 per task)")
-    p.add_argument("--seeds", default="0", help="simulator seeds (default 0)")
-    p.add_argument("--workers", type=int, default=default_workers(),
+                   help="initial-state indices (default all: LIBERO records 50 per task; on "
+                        "a twin, placement seeds 0-49)")
+    p.add_argument("--seeds", default="0", help="simulator seeds (default 0; LIBERO only)")
+    p.add_argument("--workers", type=int,
                    help="parallel robot + agent pairs (default: what this machine can run, "
-                        f"here {default_workers()})")
+                        f"here {default_workers(1)} on LIBERO, "
+                        f"{default_workers(TWIN_WORKER_CORES)} on a twin)")
     p.add_argument("--out", help="evaluation folder (default evals/<suites>-<config hash>); "
                                  "an existing one is resumed")
     p.add_argument("--keep", choices=("failed", "all", "none"), default="failed",
@@ -136,33 +90,37 @@ def _run_parser() -> argparse.ArgumentParser:
                    help="s a worker may take to start (default 300)")
     p.add_argument("--list", action="store_true", help="list suites and tasks, then exit")
     p.add_argument("args", nargs="*", metavar="name:=value",
-                   help="libero_sim bring-up arguments (planner:=, model:=, am_backend:=, ...)")
+                   help="the robot's bring-up arguments (planner:=, model:=, am_backend:=, "
+                        "...)")
     return p
 
 
 def run_main(argv: list[str]) -> int:
-    from .runner import EvalConfig, Evaluation
+    from .runner import EvalConfig, Evaluation, default_workers
 
     opts = _run_parser().parse_args(argv)
     if opts.list:
         return list_suites()
     try:
-        args = bringup_args(opts.args)
-        suites = [s for s in opts.suites.split(",") if s]
-        episodes = select(suites, opts.tasks, opts.init_states, opts.seeds)
+        names = [s for s in opts.suites.split(",") if s]
+        suites = suites_for(names)
+        args = bringup_args(opts.args, suites)
+        episodes = suites.select(names, opts.tasks, opts.init_states, opts.seeds)
         limits = EpisodeLimits(int(args["max_turns"]), int(args["max_episode_steps"]),
                                opts.episode_timeout)
-        if opts.workers < 1:
+        workers = default_workers(suites.worker_cores) if opts.workers is None else opts.workers
+        if workers < 1:
             raise ValueError("--workers must be at least 1")
     except ValueError as err:
         print(f"[eval] {err}", file=sys.stderr)
         return 2
-    config = EvalConfig(folder=Path("."), episodes=episodes, bringup_args=args,
-                        workers=opts.workers, limits=limits, keep=opts.keep,
+    config = EvalConfig(folder=Path("."), episodes=episodes, bringup_args=args, suites=suites,
+                        workers=workers, limits=limits, keep=opts.keep,
                         record=opts.record, startup_timeout=opts.startup_timeout,
                         retry_errors=opts.retry_errors)
     config.folder = Path(opts.out) if opts.out else \
-        Path("evals") / f"{'+'.join(suites)}-{config_hash(config.settings())[:8]}"
+        Path("evals") / f"{'+'.join(Path(n).stem for n in names)}-" \
+                        f"{config_hash(config.settings())[:8]}"
     try:
         return Evaluation(config).run()
     except ValueError as err:

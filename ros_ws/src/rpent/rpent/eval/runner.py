@@ -31,16 +31,18 @@ from .workers import (
     prune_files,
 )
 
-# A LIBERO worker (robot node with its renderer, agent node) holds about this much memory.
+# A worker (robot node with its renderer, agent node; on a twin its physics and cameras too)
+# holds about this much memory.
 WORKER_GIB = 2.0
 ATTEMPTS = 2
 
 
-def default_workers() -> int:
-    """One worker per core the process may use, as far as free memory allows."""
+def default_workers(cores_per_worker: int) -> int:
+    """As many workers as the cores the process may use keep busy, as far as free memory
+    allows."""
     cpus = len(os.sched_getaffinity(0))
     free_gib = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_AVPHYS_PAGES") / 2**30
-    return max(1, min(cpus, int(free_gib // WORKER_GIB)))
+    return max(1, min(cpus // cores_per_worker, int(free_gib // WORKER_GIB)))
 
 
 class Interrupted(Exception):
@@ -51,7 +53,8 @@ class Interrupted(Exception):
 class EvalConfig:
     folder: Path
     episodes: list  # [Episode]
-    bringup_args: dict  # libero_sim bring-up arguments: planner, model, am_backend, ...
+    bringup_args: dict  # the robot's bring-up arguments: planner, model, am_backend, ...
+    suites: object  # robots.LiberoSuites | robots.TwinSuites
     workers: int
     limits: EpisodeLimits
     keep: str = "failed"  # videos and bags of: failed | all | none
@@ -177,23 +180,14 @@ class Evaluation:
     def _worker_namespace(self, index: int) -> str:
         return f"{self._run_id}_w{index}"
 
-    def _worker_specs(self, namespace: str, model_name: str, first: Episode) -> list:
-        args = {**self.config.bringup_args, "namespace": namespace, "suite": first.suite,
-                "task_id": str(first.task_id), "seed": str(first.seed),
-                "init_state_index": str(first.init_state_index),
+    def _worker_args(self, namespace: str, model_name: str) -> dict:
+        """A worker's bring-up arguments: the evaluation's, under its own namespace, using
+        the shared model, its run folders named by each goal."""
+        return {**self.config.bringup_args, "namespace": namespace,
                 "action_model": model_name, "am_backend": "none",
                 "output_dir": str(self.folder.episodes_path), "dashboard": "false",
                 "record": "false", "max_turns": str(self.config.limits.max_turns),
                 "max_episode_steps": str(self.config.limits.max_episode_steps)}
-        specs = [s for s in describe("libero_sim", args)
-                 if s.package in ("rpent_env_sim", "rpent_perception", "rpent_agent")]
-        for spec in specs:
-            if spec.package == "rpent_agent":
-                # The bring-up's agent runs one task and exits; a worker's serves one
-                # run_task goal per episode, each into the run folder the goal names.
-                spec.parameters.update(run_at_startup=False, run_dir="", reset_episode=False)
-                spec.required = False
-        return specs
 
     # --- the loop ----------------------------------------------------------------------------
     def run(self) -> int:
@@ -239,9 +233,10 @@ class Evaluation:
             model.ensure_running()
             for i in range(n):
                 ns = self._worker_namespace(i)
-                specs = self._worker_specs(ns, model_name, todo[i])
-                workers.append(Worker(i, ns, specs, logs, model, cfg.record, self._stop))
-            what = f"{n} worker(s), each a LIBERO robot and an agent" + (
+                station = cfg.suites.station(i, self._worker_args(ns, model_name), logs)
+                workers.append(Worker(i, ns, station, logs, model, cfg.record, self._stop))
+            robot = cfg.suites.robot_label(cfg.bringup_args)
+            what = f"{n} worker(s), each a robot ({robot}) and an agent" + (
                 ", sharing one action-model node" if model_spec else "")
             progress.say(f"[eval] starting {what}; logs in {logs}")
             threads = [threading.Thread(target=self._drain_guarded,
@@ -319,9 +314,9 @@ class Evaluation:
             if run_dir.exists():  # an earlier attempt's, or a killed evaluation's, files
                 shutil.rmtree(run_dir)
             try:
-                if worker.dead():
+                if worker.dead() or not worker.station.serves(episode):
                     t0 = time.monotonic()
-                    worker.start(self.config.startup_timeout)
+                    worker.start(episode, self.config.startup_timeout)
                     progress.say(f"[eval] worker {worker.index} ready "
                                  f"({time.monotonic() - t0:.1f} s)")
                 t0 = time.monotonic()
@@ -352,7 +347,7 @@ class Evaluation:
         model = f" ({a['model']})" if a["model"] else ""
         am = a["action_model"] or a["am_backend"]
         return (f"RPent evaluation: planner {planner}{model}, action model {am}, "
-                f"privileged {a['privileged']}")
+                f"{self.config.suites.robot_label(a)}")
 
     def _description(self) -> str:
         c = self.folder.config()

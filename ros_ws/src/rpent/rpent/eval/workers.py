@@ -1,10 +1,11 @@
-"""Evaluation workers: each one a namespaced LIBERO robot and agent, all sharing one
-action-model node; the episodes they run; what counts as the harness failing.
+"""Evaluation workers: each one a namespaced robot (LIBERO, or an arm's twin) and agent, all
+sharing one action-model node; the episodes they run; what counts as the harness failing.
 
-A worker's nodes are started once and reused: an episode is a ``reset`` of the robot to
-its task and initial state, then one ``run_task`` goal to the agent. A node that exits, a
-call that never answers or an episode past its time limit is the harness failing, not the
-policy: the worker is restarted and the episode retried by the caller.
+A worker's nodes are started once and reused while they serve the episodes (see
+``robots``): an episode is a reset of the robot to its task and initial state, then one
+``run_task`` goal to the agent. A node that exits, a call that never answers or an episode
+past its time limit is the harness failing, not the policy: the worker is restarted and the
+episode retried by the caller.
 """
 from __future__ import annotations
 
@@ -55,7 +56,8 @@ class Episode:
 
     @property
     def folder(self) -> str:
-        return (f"{self.suite}-t{self.task_id:02d}-i{self.init_state_index:02d}"
+        # A twin suite may be a scene file's path.
+        return (f"{Path(self.suite).stem}-t{self.task_id:02d}-i{self.init_state_index:02d}"
                 f"-s{self.seed}")
 
 
@@ -132,12 +134,23 @@ class ModelService:
             self.group.stop()
 
 
-class Worker:
-    """One robot + agent pair under its own namespace."""
+def _agent_serves_goals(specs: list[NodeSpec]) -> list[NodeSpec]:
+    """The bring-up's agent runs one task and exits; a worker's serves one run_task goal per
+    episode, each into the run folder the goal names."""
+    for spec in specs:
+        if spec.package == "rpent_agent":
+            spec.parameters.update(run_at_startup=False, run_dir="", reset_episode=False)
+            spec.required = False
+    return specs
 
-    def __init__(self, index: int, namespace: str, specs: list[NodeSpec], log_dir: Path,
+
+class Worker:
+    """One robot + agent pair under its own namespace; ``station`` is its robot's kind
+    (robots.LiberoStation, robots.TwinStation)."""
+
+    def __init__(self, index: int, namespace: str, station, log_dir: Path,
                  model: ModelService, record: bool, stopping: threading.Event):
-        self.index, self.namespace, self.specs = index, namespace, specs
+        self.index, self.namespace, self.station = index, namespace, station
         self.log_dir, self.model, self.record = log_dir, model, record
         self.spawn = model.spawn
         self.stopping = stopping
@@ -151,12 +164,13 @@ class Worker:
         why = self.group.dead() if self.group is not None else "not started"
         return why or self.model.dead()
 
-    def start(self, timeout: float) -> None:
+    def start(self, episode: Episode, timeout: float) -> None:
+        """Start the nodes, for ``episode`` and those the station serves with them."""
         self.stop()
         self.model.ensure_running()
         self.starts += 1
-        self.group = NodeGroup(self.specs, self.log_dir, f"w{self.index}.{self.starts}.",
-                               self.spawn)
+        self.group = NodeGroup(_agent_serves_goals(self.station.specs(episode)), self.log_dir,
+                               f"w{self.index}.{self.starts}.", self.spawn)
         # Resets and watches only: no action client, so no per-step chunk feedback here.
         self.client = RobotClient(namespace=self.namespace,
                                   node_name=f"eval_client_{self.starts}", actions=())
@@ -169,6 +183,7 @@ class Worker:
                     is not None or None, deadline, "the robot's state and task status")
 
     def stop(self) -> None:
+        self.station.close()
         if self.client is not None:
             self.client.close()
             self.client = None
@@ -209,9 +224,8 @@ class Worker:
     # --- one episode -----------------------------------------------------------------------
     def run(self, episode: Episode, run_dir: Path, limits: EpisodeLimits) -> dict:
         deadline = time.monotonic() + limits.timeout
-        reset = self._blocking(lambda: self.client.reset(
-            episode.suite, episode.task_id, episode.seed, episode.init_state_index,
-            timeout=limits.timeout), deadline, "reset")
+        reset = self._blocking(lambda: self.station.reset(self.client, episode, limits.timeout),
+                               deadline, "reset")
         if not reset.success:
             raise EpisodeRefused(f"the robot refused the episode: {reset.message}")
         bag = self._start_recorder(run_dir, deadline) if self.record else None
@@ -241,7 +255,11 @@ class Worker:
         if task is None or task.episode_id != reset.episode_id:
             raise HarnessError("the robot reported no task status for the episode (its "
                                "episode changed under the agent)")
-        return _record(result, task, run_dir, reset.instruction)
+        judged = self._blocking(self.station.judge, deadline, "the twin's success check")
+        record = _record(result, task, run_dir, reset.instruction, judged)
+        # An arm names its task after itself; a twin knows the task it set.
+        record["task_name"] = self.station.task_name(episode) or record["task_name"]
+        return record
 
     def _cancel(self, run: GoalRun) -> None:
         try:
@@ -270,19 +288,22 @@ def _recorder_failed(proc: LoggedProcess):
     return None
 
 
-def _record(result, task: TaskStatus, run_dir: Path, instruction: str) -> dict:
-    """The episode's line in results.jsonl, from the agent's result and the robot's verdict."""
+def _record(result, task: TaskStatus, run_dir: Path, instruction: str,
+            judged: Optional[bool] = None) -> dict:
+    """The episode's line in results.jsonl, from the agent's result and the robot's verdict;
+    ``judged`` is the twin's own success check, where the robot has none."""
     files = {}
     result_json = run_dir / "result.json"
     if result_json.exists():
         files = json.loads(result_json.read_text())
     operator = task.success if task.success_source == TaskStatus.SOURCE_OPERATOR else None
-    success = operator if operator is not None else bool(task.native_success)
+    native = bool(task.native_success) if judged is None else judged
+    success = operator if operator is not None else native
     status = AGENT_STATUS.get(result.status, str(result.status))
     return {
         "instruction": instruction, "task_name": task.task_name,
         "outcome": "success" if success else "failure",
-        "native_success": bool(task.native_success), "operator_verdict": operator,
+        "native_success": native, "operator_verdict": operator,
         "agent_status": status, "summary": result.summary,
         "turns": int(result.turns), "tool_calls": int(result.tool_calls),
         "input_tokens": int(result.input_tokens), "output_tokens": int(result.output_tokens),
