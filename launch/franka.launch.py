@@ -25,6 +25,7 @@ Launch arguments (name, default, what):
   mcp_port                 8766             TCP port of the MCP server (planner:=mcp, claude_code, codex)
   policy_mode              tools            tools | code: the model writes Python that calls the tools as robo.<tool>(...) (run_code)
   plan_file                ''               scripted planner: YAML/JSON list of tool calls to run instead of its pick-and-place heuristic
+  policy_chunks            80               scripted planner: chunks the action model may execute before its heuristic takes over
   action_model             ''               model node to use (/gpu/action_model); empty: start one
   am_backend               none             scripted | lerobot | openpi | rpent_http | none
   am_checkpoint            ''               LeRobot checkpoint folder (am_backend:=lerobot)

@@ -184,6 +184,21 @@ def test_real_arms_start_without_a_model_by_default():
         assert agent.parameters["action_model"] == ""
 
 
+def test_the_scripted_expert_on_an_arm_finds_objects_through_perception():
+    for name in ("franka", "so101"):
+        nodes = {n.name: n for n in describe(name, {"run_dir": "/tmp/r", "twin": "true",
+                                                    "am_backend": "scripted"})}
+        model = nodes["action_model"].parameters
+        assert (model["backend"], model["objects"], model["step_realized"]) == \
+            ("scripted", "perception", 1.0)
+        assert model["max_translation_step"] == {"franka": 0.002, "so101": 0.005}[name]
+        assert "action_space" not in model  # the robot's default: ee_delta
+        assert nodes["agent"].parameters["perception"] == "perception"
+    lerobot = {n.name: n for n in describe("franka", {"run_dir": "/tmp/r", "am_backend":
+                                                      "lerobot", "am_checkpoint": "/m"})}
+    assert "objects" not in lerobot["action_model"].parameters
+
+
 def test_a_per_robot_file_gives_each_robot_its_own_block(tmp_path):
     robots = tmp_path / "robots.yaml"
     robots.write_text("/robot2/libero_sim:\n  ros__parameters:\n    task_id: 3\n")

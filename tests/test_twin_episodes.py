@@ -50,6 +50,36 @@ def test_a_whole_pick_and_place_on_the_twin_ends_with_the_operators_verdict(arm,
     assert "the twin's operator: the red cube is in the bowl" in out
 
 
+@pytest.mark.parametrize("arm", ARMS)
+def test_the_scripted_expert_streamed_through_predict_does_the_task_on_the_twin(arm, tmp_path):
+    """The action model (the scripted expert, finding the objects through the robot's
+    perception, fed the driver-style state) drives the arm in streamed chunks; the planner
+    only runs it and asks the operator."""
+    run_dir = tmp_path / "run"
+    # The Franka's expert moves 2 mm a step (a faster stream outruns franky's tracking), so
+    # its task takes about 130 chunks.
+    chunks = {"franka": 200, "so101": 80}[arm]
+    proc, _, _ = start(arm, tmp_path / "run.log", "twin_task:=cube_in_bowl", "twin_seed:=0",
+                       f"run_dir:={run_dir}", "planner:=scripted", "am_backend:=scripted",
+                       f"policy_chunks:={chunks}", "max_episode_steps:=3000")
+    try:
+        proc.wait(400)
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"the run did not end within 400 s:\n{stop(proc)[-6000:]}")
+    out = stop(proc)
+    assert proc.returncode == 0, out[-6000:]
+    result = json.loads((run_dir / "result.json").read_text())
+    assert result["task_success"] and result["success_source"] == "operator", result
+    assert "the action model carried out the task" in result["summary"], result
+    events = json.loads((run_dir / "transcript.json").read_text())["events"]
+    tools = [e["tool"] for e in events if e["kind"] == "tool_call"]
+    # No move_to, gripper or locate of the planner's own: the model moved the arm.
+    assert tools == ["observe", "run_policy", "request_operator_verdict", "finish"], tools
+    policy = next(e["text"] for e in events
+                  if e["kind"] == "tool_result" and e["tool"] == "run_policy")
+    assert "chunks_done" in policy, policy
+
+
 def perception_pick_and_place_model(conversation):
     """A scripted LLM with no privileged tools: locates the two things the task names, runs
     the pick-and-place plan through move_to and gripper (at the heights for the workspace

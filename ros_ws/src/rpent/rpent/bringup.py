@@ -141,6 +141,8 @@ AGENT_ARGS = (
                                      "tools as robo.<tool>(...) (run_code)"),
     Argument("plan_file", "", "scripted planner: YAML/JSON list of tool calls to run instead "
                               "of its pick-and-place heuristic"),
+    Argument("policy_chunks", "80", "scripted planner: chunks the action model may execute "
+                                    "before its heuristic takes over"),
 )
 ARM_ARGS = (
     Argument("require_approval", "", "true: every motion waits for safety/approve; "
@@ -283,6 +285,7 @@ def agent_node(args: dict, ns: str, folder: str, model: str, max_steps: str,
                     "output_dir": os.path.abspath(args["output_dir"]), "run_dir": folder,
                     "action_model": model, "perception": perception,
                     "plan_file": os.path.abspath(args["plan_file"]) if args["plan_file"] else "",
+                    "policy_chunks": int(args["policy_chunks"]),
                     "robot_namespace": ns, "run_at_startup": True,
                     "policy_mode": args["policy_mode"],
                     "mcp_port": int(args["mcp_port"]), "dashboard_url": url,
@@ -327,6 +330,22 @@ def _given(args: dict, convert: dict) -> dict:
     return given
 
 
+# The scripted expert on an arm: it finds the objects through the robot's perception; the
+# arm's ee_delta moves a streamed target, so the arm covers each delta in full, and the
+# hand slows down near each goal not to overshoot it while it lags that target. Its steps
+# stay within what the robot node's safety layer takes: on the SO-101 a centimetre near
+# the table can turn a joint more than its 4 degrees per step.
+ARM_SCRIPTED_MODEL = {"objects": "perception", "step_realized": 1.0, "slow_within": 0.05}
+ARM_SCRIPTED_STEP = {"franka": 0.002, "so101": 0.005}
+
+
+def arm_model_parameters(arm: str, args: dict) -> dict:
+    """The action-model node's parameters that differ on ``arm`` from LIBERO."""
+    if args["am_backend"] != "scripted":
+        return {}
+    return {**ARM_SCRIPTED_MODEL, "max_translation_step": ARM_SCRIPTED_STEP[arm]}
+
+
 def _arm(args: dict, robot: NodeSpec, twin: Optional["Twin"] = None) -> list:
     """A real arm's run: the robot (and its twin in place of the hardware), then model,
     perception and agent unless driver_only."""
@@ -347,6 +366,8 @@ def _arm(args: dict, robot: NodeSpec, twin: Optional["Twin"] = None) -> list:
     if _flag(args["driver_only"]):
         return [*bench, robot, *view_nodes(args, ns, folder)]
     models, model = model_nodes(args, ns)
+    for node in models:
+        node.parameters.update(arm_model_parameters(robot.name, args))
     eyes, perception = perception_nodes(args, ns, perception, eyes_params)
     return [*bench, robot, *models, *eyes,
             agent_node(args, ns, folder, model, args["max_episode_steps"], perception),

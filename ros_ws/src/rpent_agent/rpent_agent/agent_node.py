@@ -77,6 +77,9 @@ class AgentNode(Node):
                           "empty = the provider's own API")
         self.plan_file = d("plan_file", "", "scripted planner: YAML/JSON list of tool calls; "
                            "empty = the pick-and-place heuristic")
+        self.policy_chunks = d("policy_chunks", 80, "scripted planner: chunks the action "
+                               "model may execute before the heuristic takes over",
+                               _positive_int)
         self.max_turns = d("max_turns", 30, "model turns (scripted/mcp: tool calls) per run",
                            _positive_int)
         self.max_episode_steps = d("max_episode_steps", 0, "control steps the agent's tools "
@@ -250,7 +253,7 @@ class AgentNode(Node):
                 if planner.token else ""))
             return planner
         from .planners.scripted import ScriptedPlanner
-        return ScriptedPlanner(self.plan_file)
+        return ScriptedPlanner(self.plan_file, policy_chunks=self.policy_chunks)
 
     def _new_toolkit(self, run, memory=None, listener=None, run_dir=None) -> Toolkit:
         code = None

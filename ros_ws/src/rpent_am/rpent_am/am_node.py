@@ -52,13 +52,14 @@ from rpent_contract.names import (
     camera_topic,
 )
 from rpent_contract.node_main import run_node
+from rpent_contract.pick_place import objects_in_instruction, phrases_in_instruction, placing_base
 from rpent_contract.qos import STATE_QOS, TF_STATIC_QOS, TRIGGER_QOS, camera_sub_qos
 from rpent_contract.serving import action_server, service
 from rpent_contract.tf_tree import TfTree
 from rpent_contract.validation import GoalRejected, check_chunk, check_timeout
 from rpent_interfaces.action import Predict
 from rpent_interfaces.msg import RobotState
-from rpent_interfaces.srv import GetModelMeta, GetObjectPoses, GetRobotInfo, ResetPolicy
+from rpent_interfaces.srv import GetModelMeta, GetObjectPoses, GetRobotInfo, Locate, ResetPolicy
 
 from .backends import BACKENDS, make_backend
 from .observation import (
@@ -97,6 +98,10 @@ PAIRING_DEPTH = 32
 # lost: waiting goals repeat it this often, s.
 TRIGGER_REPEAT_S = 0.1
 HOUSEKEEPING_S = 5.0
+# The perception node's locate, relative to the robot's namespace (the bring-ups start it
+# there as 'perception'), and how long one may take: it segments every camera's frame.
+PERCEPTION_LOCATE_SERVICE = "perception/locate"
+LOCATE_TIMEOUT_S = 8.0
 
 
 def _ns(namespace: str, name: str) -> str:
@@ -377,19 +382,29 @@ class ActionModelNode(Node):
     def _make_backend(self, d) -> PolicyBackend:
         # Every model's chunks must fit a control space the robot declares; the node takes
         # that space's definition (bounds, scales) from the robot itself.
-        space_name = d("action_space", "libero_osc_delta", "Robot control space the model drives")
-        space, rate = self._robot_space(space_name)
-        return make_backend(self.backend_name, d, space, rate, self._object_poses)
+        space_name = d("action_space", "", "Robot control space the model drives; empty: the "
+                       "robot's default (libero_osc_delta on LIBERO, ee_delta on the arms)")
+        info = self._call(GetRobotInfo, GET_ROBOT_INFO_SERVICE, self.robot_wait, "action model")
+        space_name = space_name or info.default_control_space
+        for space in info.control_spaces:
+            if space.name == space_name:
+                return make_backend(self.backend_name, d, ControlSpaceSpec.from_msg(space),
+                                    info, {"simulator": self._find_in_simulator,
+                                           "perception": self._find_by_perception})
+        raise params.ParameterError(
+            f"parameter 'action_space' = '{space_name}': the robot offers "
+            f"{', '.join(s.name for s in info.control_spaces)}")
 
-    def _call(self, srv_type, name: str, timeout: float, what: str, namespace=None):
+    def _call(self, srv_type, name: str, timeout: float, what: str, namespace=None,
+              request=None, start_hint: str = "start the robot node first"):
         namespace = self.robot_namespace if namespace is None else namespace
         client = self.create_client(srv_type, _ns(namespace, name),
                                     callback_group=self._client_group)
         try:
             if not client.wait_for_service(timeout_sec=timeout):
                 raise BackendError(f"{what}: service {client.srv_name} not available after "
-                                   f"{timeout:g} s; start the robot node first")
-            future = client.call_async(srv_type.Request())
+                                   f"{timeout:g} s; {start_hint}")
+            future = client.call_async(request or srv_type.Request())
             if self.executor is None:  # still constructing: nobody else spins this node yet
                 rclpy.spin_until_future_complete(self, future, timeout_sec=timeout)
             else:
@@ -402,23 +417,33 @@ class ActionModelNode(Node):
         finally:
             self.destroy_client(client)
 
-    def _robot_space(self, space_name: str):
-        info = self._call(GetRobotInfo, GET_ROBOT_INFO_SERVICE, self.robot_wait, "action model")
-        for space in info.control_spaces:
-            if space.name == space_name:
-                return ControlSpaceSpec.from_msg(space), info.control_rate
-        raise params.ParameterError(
-            f"parameter 'action_space' = '{space_name}': the robot offers "
-            f"{', '.join(s.name for s in info.control_spaces)}")
-
-    def _object_poses(self, namespace: str) -> dict:
+    def _find_in_simulator(self, namespace: str, instruction: str) -> tuple:
         # Short wait: a robot without the service (privileged:=false, a real arm) is the
         # usual cause, and the predict budget must be left to say so.
         response = self._call(
             GetObjectPoses, OBJECT_POSES_SERVICE, 2.0,
-            "the scripted model needs the simulator's object poses (is the robot running with "
-            "privileged:=false? then choose another am_backend)", namespace)
-        return {n: pose_from_msg(p.pose) for n, p in zip(response.names, response.poses)}
+            "the scripted model needs the simulator's object poses", namespace,
+            start_hint="is the robot running with privileged:=false, or a real arm? then "
+                       "set the model's objects parameter to perception")
+        poses = {n: pose_from_msg(p.pose)[0] for n, p in zip(response.names, response.poses)}
+        obj, target = objects_in_instruction(instruction, poses)
+        return poses[obj], poses[target]
+
+    def _find_by_perception(self, namespace: str, instruction: str) -> tuple:
+        found = []
+        for phrase in phrases_in_instruction(instruction):
+            answer = self._call(Locate, PERCEPTION_LOCATE_SERVICE, LOCATE_TIMEOUT_S,
+                                f"the scripted model locating '{phrase}'", namespace,
+                                request=Locate.Request(query=phrase),
+                                start_hint="start the robot's perception node (the bring-up's "
+                                           "perception argument)")
+            if not answer.success:
+                raise BackendError(f"perception did not find '{phrase}': {answer.message}")
+            best = int(np.argmax(answer.scores))
+            p, e = answer.points[best].point, answer.extents[best]
+            found.append((np.array([p.x, p.y, p.z]), np.array([e.x, e.y, e.z])))
+        (obj, _), (target, extent) = found
+        return obj, placing_base(target, extent)
 
     # --- observations ---------------------------------------------------------------------
     def _acquire_source(self, namespace: str) -> LatestObservation:

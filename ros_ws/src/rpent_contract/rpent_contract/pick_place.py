@@ -16,11 +16,14 @@ Verified on libero_object task 0 for all 50 initial states.
 """
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass
 from typing import Callable, Iterable, Optional
 
 import numpy as np
+
+from .geometry import quaternion_to_rpy
 
 from .perception import spoken
 
@@ -63,6 +66,34 @@ def waypoint(phase: Phase, object_position, target_position, here,
     """Where a moving phase sends the hand (its height above the anchor times ``scale``)."""
     base = {"object": object_position, "target": target_position, "here": here}[phase.anchor]
     return np.asarray(base, dtype=float) + np.array([0.0, 0.0, phase.height * scale])
+
+
+def hand_orientation(start_position, start_orientation, arm_joints: int):
+    """position -> the hand's roll, pitch, yaw there: as it starts. An arm of five joints
+    turns its hand with its base, so it keeps its orientation relative to the direction
+    of the hand from the base, the one orientation it can take everywhere."""
+    roll, pitch, yaw = (float(a) for a in quaternion_to_rpy(start_orientation))
+    if arm_joints >= 6:
+        return lambda position: [roll, pitch, yaw]
+    offset = yaw - math.atan2(start_position[1], start_position[0])
+    return lambda position: [roll, pitch, math.atan2(position[1], position[0]) + offset]
+
+
+def arm_joint_count(control_spaces) -> int:
+    """The arm's joints, from its joint_position control space (6 where it has none);
+    ``control_spaces``: anything with ``name`` and ``labels``, as get_robot_info gives."""
+    for space in control_spaces:
+        if space.name == "joint_position":
+            return sum(1 for label in space.labels if "gripper" not in label)
+    return 6
+
+
+def placing_base(position, extent) -> np.ndarray:
+    """Where to plan placing on a target perception located: the base of its visible surface
+    (``position`` its centre, ``extent`` its size), as from a simulator's body origin, so a
+    container is entered, not dropped into from its rim. The items the plan grasps are
+    grasped at the located centre, their middle."""
+    return np.asarray(position, dtype=float) - np.array([0.0, 0.0, float(extent[2]) / 2.0])
 
 
 # move(phase, position, tolerance_m) -> end-effector position reached

@@ -20,7 +20,7 @@ import warnings
 from pathlib import Path
 from typing import Optional
 
-from rpent.bringup import describe
+from rpent.bringup import arm_model_parameters, describe
 
 from .workers import Episode
 
@@ -103,6 +103,10 @@ class LiberoSuites:
     @staticmethod
     def robot_label(args: dict) -> str:
         return f"LIBERO, privileged {args['privileged']}"
+
+    @staticmethod
+    def model_parameters(args: dict) -> dict:
+        return {}
 
 
 class LiberoStation:
@@ -189,6 +193,9 @@ class TwinSuites:
 
     def robot_label(self, args: dict) -> str:
         return f"the {self.arm} twin"
+
+    def model_parameters(self, args: dict) -> dict:
+        return arm_model_parameters(self.arm, args)
 
 
 class TwinStation:

@@ -175,6 +175,7 @@ class Evaluation:
                  "namespace": self._run_id,
                  "robot_namespace": self._worker_namespace(0)}
         spec = describe("action_model", given)[0]
+        spec.parameters.update(self.config.suites.model_parameters(args))
         return spec, f"/{self._run_id}/action_model"
 
     def _worker_namespace(self, index: int) -> str:

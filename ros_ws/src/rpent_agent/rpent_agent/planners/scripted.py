@@ -7,19 +7,20 @@ then read the verdict (the simulator's, or the operator's where the robot gives 
 from __future__ import annotations
 
 import json
-import math
 import time
 from pathlib import Path
 
 import numpy as np
 import yaml
 
-from rpent_contract.geometry import quaternion_to_rpy
 from rpent_contract.pick_place import (
+    arm_joint_count,
+    hand_orientation,
     height_scale,
     objects_in_instruction,
     phrases_in_instruction,
     pick_and_place,
+    placing_base,
 )
 
 from . import PlannerConfigError
@@ -43,16 +44,15 @@ def load_plan(path) -> list[dict]:
     return steps
 
 
-# Chunks the policy may execute before the heuristic takes over (each runs >= 5 steps).
-POLICY_CHUNKS = 80
-
-
 class ScriptedPlanner:
+    """``policy_chunks``: chunks the action model may execute before the heuristic takes
+    over (each runs at least 5 steps)."""
     name = "scripted"
 
-    def __init__(self, plan_file: str = "", success_wait: float = 2.0):
+    def __init__(self, plan_file: str = "", success_wait: float = 2.0, policy_chunks: int = 80):
         self.plan = load_plan(plan_file) if plan_file else None
         self.success_wait = success_wait
+        self.policy_chunks = policy_chunks
 
     def _step(self, toolkit, tool: str, args: dict, must_succeed: bool = True):
         run = toolkit.run
@@ -91,12 +91,22 @@ class ScriptedPlanner:
         if "run_policy" in toolkit.tools:
             # An action model is the first thing to try; the heuristic is the fallback.
             policy = self._step(toolkit, "run_policy", {"instruction": run.instruction,
-                                                        "max_chunks": POLICY_CHUNKS},
+                                                        "max_chunks": self.policy_chunks},
                                 must_succeed=False)
             if policy.data.get("task_success"):
                 self._step(toolkit, "finish", {"status": "success", "summary":
                            "the action model carried out the task; the task reports success"})
                 return
+            if policy.ok and "get_object_poses" not in toolkit.tools:
+                # The robot judges no success of its own: the operator judges the policy's.
+                verdict = self._step(toolkit, "request_operator_verdict", {
+                    "question": f"The action model ran to its end. Is the task achieved: "
+                                f"'{run.instruction}'?"}, must_succeed=False)
+                if verdict.data.get("success"):
+                    self._step(toolkit, "finish", {"status": "success", "summary":
+                               "the action model carried out the task; the operator says "
+                               "it is achieved"})
+                    return
             if not policy.ok:
                 # The heuristic's grasp starts from an open hand, whatever the policy left.
                 self._step(toolkit, "gripper", {"action": "open"})
@@ -108,7 +118,7 @@ class ScriptedPlanner:
             return
         # Keep the hand as it starts (pointing down), as the pick-and-place plan expects.
         orientation = hand_orientation(start.data["position"], start.data["orientation"],
-                                       _arm_joints(toolkit.info))
+                                       arm_joint_count(toolkit.info.control_spaces))
 
         def move(phase, position, tolerance):
             r = self._step(toolkit, "move_to", {"x": float(position[0]), "y": float(position[1]),
@@ -162,38 +172,12 @@ class ScriptedPlanner:
             poses = self._step(toolkit, "get_object_poses", {}).data["poses"]
             obj, target = objects_in_instruction(instruction, poses)
             return obj, target, poses[obj][0], poses[target][0]
-        # Perception finds the centre of each object's visible part: for the items the plan
-        # grasps that is their middle, where it grasps them.
-        found = []
-        for phrase in phrases_in_instruction(instruction):
-            best = self._step(toolkit, "locate", {"query": phrase}).data["objects"][0]
-            found.append(best)
-        obj, target = found
-        # Placing is planned from the target's base, as from a simulator's body origin: a
-        # container is entered, not dropped into from its rim.
-        target_base = target.position - np.array([0.0, 0.0, target.extent[2] / 2.0])
-        return obj.label, target.label, obj.position, target_base
+        obj, target = (self._step(toolkit, "locate", {"query": phrase}).data["objects"][0]
+                       for phrase in phrases_in_instruction(instruction))
+        return obj.label, target.label, obj.position, placing_base(target.position,
+                                                                   target.extent)
 
     @staticmethod
     def _success(toolkit) -> bool:
         task = toolkit.observer.task()
         return bool(task is not None and task.success)
-
-
-def hand_orientation(start_position, start_orientation, arm_joints: int):
-    """position -> the hand's roll, pitch, yaw there: as it starts. An arm of five joints
-    turns its hand with its base, so it keeps its orientation relative to the direction
-    of the hand from the base, the one orientation it can take everywhere."""
-    roll, pitch, yaw = (float(a) for a in quaternion_to_rpy(start_orientation))
-    if arm_joints >= 6:
-        return lambda position: [roll, pitch, yaw]
-    offset = yaw - math.atan2(start_position[1], start_position[0])
-    return lambda position: [roll, pitch, math.atan2(position[1], position[0]) + offset]
-
-
-def _arm_joints(info) -> int:
-    """The arm's joints, from its joint_position control space (6 where it has none)."""
-    for space in info.control_spaces:
-        if space.name == "joint_position":
-            return sum(1 for label in space.labels if "gripper" not in label)
-    return 6

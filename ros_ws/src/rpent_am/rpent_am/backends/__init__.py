@@ -11,6 +11,7 @@ from typing import Callable, Optional
 from rpent_contract import params
 from rpent_contract.control_space import ControlSpaceSpec
 from rpent_contract.extras import require
+from rpent_contract.pick_place import arm_joint_count, height_scale
 
 from ..model_io import SHIPPED, ModelIO, load
 from ..policy import PolicyBackend
@@ -45,18 +46,43 @@ def _model_io(declare: Callable, default: str, simple: Optional[Callable] = None
         raise params.ParameterError(f"model_io: {err}") from None
 
 
-def make_backend(name: str, declare: Callable, space: ControlSpaceSpec, control_rate: float,
-                 object_poses: Callable[[str], dict]) -> PolicyBackend:
-    """Declare ``name``'s parameters with ``declare`` and build it for ``space``."""
+def make_backend(name: str, declare: Callable, space: ControlSpaceSpec, info,
+                 finders: dict) -> PolicyBackend:
+    """Declare ``name``'s parameters with ``declare`` and build it for ``space`` of the
+    robot ``info`` (its get_robot_info answer) describes; ``finders`` are the scripted
+    expert's ways to find objects (name -> scripted.Find)."""
     d = declare
+    control_rate = info.control_rate
     chunk = d("chunk_size", 10 if name == "scripted" else 0,
               "Steps per chunk; 0 = what the model produces",
               lambda v: None if v >= 0 else "must be >= 0")
     if name == "scripted":
-        from .scripted import ScriptedPickPlace
+        from .scripted import REALIZED, ArmGeometry, ScriptedPickPlace
 
-        return ScriptedPickPlace(space, object_poses, chunk_size=chunk or 10,
-                                 control_rate=control_rate)
+        objects = d("objects", "simulator", "Where the scripted expert finds the objects the "
+                    "instruction names: simulator (its object poses, privileged) | perception "
+                    "(the robot's perception node: its cameras' depth, camera_info and tf)",
+                    params.one_of(*finders))
+        lo, hi = info.workspace_min, info.workspace_max
+        arm = ArmGeometry(
+            gripper_max_width=info.gripper_max_width,
+            height_scale=height_scale((lo.x, lo.y, lo.z), (hi.x, hi.y, hi.z)),
+            arm_joints=arm_joint_count(info.control_spaces),
+            realized=d("step_realized", REALIZED, "Share of a commanded delta the arm covers "
+                       "within a step: 0.5 for LIBERO's OSC; 1.0 where deltas move a streamed "
+                       "target (the arms' ee_delta)", lambda v: None if 0 < v <= 1 else
+                       "must be in (0, 1]"),
+            slow_within=d("slow_within", 0.0, "m: within this distance of a goal the hand's "
+                          "step shrinks in proportion, so an arm lagging a streamed target "
+                          "does not overshoot it; 0: never (LIBERO)",
+                          lambda v: None if v >= 0 else "must be >= 0"))
+        source = {"simulator": "the simulator's object poses",
+                  "perception": "the robot's perception"}[objects]
+        step = d("max_translation_step", 0.04, "m the hand moves in one step at most (and "
+                 "never more than one axis of the action space takes)", params.positive)
+        return ScriptedPickPlace(space, finders[objects], arm=arm, chunk_size=chunk or 10,
+                                 max_translation_step=step, control_rate=control_rate,
+                                 source=source)
     timeout = d("timeout", 30.0, "s a single inference may take", params.positive)
     if name == "lerobot":
         require("models", "the lerobot backend", "lerobot")

@@ -1,11 +1,14 @@
-"""A model-free expert for simulation: pick-and-place chunks from the sim-only object poses.
+"""A model-free expert: pick-and-place chunks towards objects found once per session.
 
 It closes the loop the way a policy does: every ``predict`` looks at the current
 end-effector pose and gripper width, decides which phase of the shared pick-and-place
 plan (rpent_contract.pick_place) it is in, and returns a chunk that drives towards that
 phase's goal in the robot's relative Cartesian control space (one with ``step_scale``,
-such as LIBERO's ``libero_osc_delta``). Each session (client) keeps its own phase, so
-concurrent clients do not disturb one another; ``reset`` forgets it.
+such as LIBERO's ``libero_osc_delta`` or the arms' ``ee_delta``). Where the objects are
+comes from ``find`` when a session starts: the simulator's object poses, or the robot's
+perception (its cameras' depth, camera_info and tf), which is how it works on an arm. Each
+session (client) keeps its own phase, so concurrent clients do not disturb one another;
+``reset`` forgets it.
 """
 from __future__ import annotations
 
@@ -16,19 +19,36 @@ from typing import Callable, Optional
 import numpy as np
 
 from rpent_contract.control_space import ControlSpaceSpec
-from rpent_contract.geometry import limit_norm, rotation_error
-from rpent_contract.pick_place import PLAN, objects_in_instruction, waypoint
+from rpent_contract.geometry import limit_norm, rotation_error, rpy_to_quaternion
+from rpent_contract.pick_place import PLAN, hand_orientation, waypoint
 
 from ..policy import BackendError, ModelMeta, PolicyBackend, PolicyObservation
 
 STATE_NAMES = ("ee_x", "ee_y", "ee_z", "ee_qx", "ee_qy", "ee_qz", "ee_qw", "gripper_width")
 GRIPPER_OPEN, GRIPPER_CLOSE = -1.0, 1.0
-# Width above which the fingers count as open, and the change below which (over
-# SETTLE_S of robot time) closing fingers count as settled on the object.
-OPEN_WIDTH, SETTLE_WIDTH_CHANGE, SETTLE_S = 0.07, 5e-4, 0.3
-# Fraction of a commanded delta an impedance-controlled arm covers within one step; the
-# open-loop chunk predicts its own progress with it so later rows keep pulling.
+# Share of the fully open width above which the fingers count as open, and the change
+# below which (over SETTLE_S of robot time) closing fingers count as settled on the object.
+OPEN_SHARE, SETTLE_WIDTH_CHANGE, SETTLE_S = 0.875, 5e-4, 0.3
+# Fraction of a commanded delta an impedance-controlled arm (LIBERO's OSC) covers within
+# one step; the open-loop chunk predicts its own progress with it so later rows keep
+# pulling. An arm whose deltas move a streamed target (the arms' ee_delta) covers 1.0.
 REALIZED = 0.5
+
+# (robot namespace, instruction) -> (object position, where to place it), base frame, m
+Find = Callable[[str, str], tuple]
+
+
+@dataclass(frozen=True)
+class ArmGeometry:
+    """What the expert needs to know of the arm it drives, from its get_robot_info."""
+    gripper_max_width: float = 0.08  # m, fully open
+    height_scale: float = 1.0  # the plan's heights times this (pick_place.height_scale)
+    arm_joints: int = 6  # five: the hand's yaw follows the base (pick_place.hand_orientation)
+    realized: float = REALIZED
+    # m: within this distance of a goal a step shrinks in proportion (0: never). An arm that
+    # follows a streamed target lags it, and each chunk's deltas start from that target:
+    # slowing down keeps the lag, and the overshoot it makes, small.
+    slow_within: float = 0.0
 
 
 @dataclass
@@ -36,31 +56,37 @@ class _Session:
     instruction: str
     object_position: np.ndarray
     target_position: np.ndarray
-    down: np.ndarray  # the hand orientation when the session started, kept throughout
+    orientation: Callable  # position -> the hand's quaternion there, as it started
     phase: int = 0
     here: Optional[np.ndarray] = None
     grip_samples: list = field(default_factory=list)  # (stamp_ns, width) in a gripper phase
 
 
 class ScriptedPickPlace(PolicyBackend):
-    def __init__(self, action_space: ControlSpaceSpec,
-                 object_poses: Callable[[str], dict], *, chunk_size: int = 10,
+    def __init__(self, action_space: ControlSpaceSpec, find: Find, *,
+                 arm: ArmGeometry = ArmGeometry(), chunk_size: int = 10,
                  max_translation_step: float = 0.04, max_rotation_step: float = 0.1,
-                 control_rate: float = 20.0):
+                 control_rate: float = 20.0, source: str = "the simulator's object poses"):
         if not (action_space.relative and action_space.step_scale and action_space.dim == 7):
             raise ValueError(
                 f"the scripted expert drives a 7-D relative Cartesian space with step_scale "
                 f"(like libero_osc_delta); '{action_space.name}' is not one")
         self._space = action_space
-        self._object_poses = object_poses
+        self._find, self._arm = find, arm
+        self._open_width = OPEN_SHARE * arm.gripper_max_width
         self._chunk_size = chunk_size
-        self._max_trans, self._max_rot = max_translation_step, max_rotation_step
         self._scale_t = np.asarray(action_space.step_scale[:3])
         self._scale_r = np.asarray(action_space.step_scale[3:])
+        # A step no longer than one axis of the space may take: an arm's safety layer bounds
+        # the length of a step, not each axis (LIBERO's space takes the defaults whole).
+        upper = np.asarray(action_space.upper)
+        self._max_trans = min(max_translation_step, float(np.min(upper[:3] * self._scale_t)))
+        self._max_rot = min(max_rotation_step, float(np.min(upper[3:6] * self._scale_r)))
         self._sessions: dict[str, _Session] = {}
         self._lock = threading.Lock()
         self._meta = ModelMeta(
-            backend="scripted", checkpoint="rpent_contract.pick_place.PLAN",
+            backend="scripted", checkpoint=f"rpent_contract.pick_place.PLAN, objects from "
+                                           f"{source}",
             checkpoint_id="scripted-pick-place-v1", action_space=action_space,
             chunk_size=chunk_size, state_names=STATE_NAMES, control_rate=control_rate,
             default_timeout=10.0)
@@ -84,16 +110,19 @@ class ScriptedPickPlace(PolicyBackend):
         with self._lock:
             s = self._sessions.get(session)
             if s is None or s.instruction != instruction:
-                s = self._sessions[session] = self._start(instruction, quat, observation.robot)
+                s = self._sessions[session] = self._start(instruction, position, quat,
+                                                          observation.robot)
             return self._chunk(s, position, quat, width, observation.stamp_ns)
 
-    def _start(self, instruction: str, quat: np.ndarray, robot: str) -> _Session:
-        poses = self._object_poses(robot)
+    def _start(self, instruction: str, position, quat, robot: str) -> _Session:
         try:
-            obj, target = objects_in_instruction(instruction, poses)
+            obj, target = self._find(robot, instruction)
         except ValueError as err:
             raise BackendError(str(err)) from None
-        return _Session(instruction, poses[obj][0], poses[target][0], quat.copy())
+        rpy = hand_orientation(position, quat, self._arm.arm_joints)
+        return _Session(instruction, np.asarray(obj, dtype=float),
+                        np.asarray(target, dtype=float),
+                        lambda at: rpy_to_quaternion(*rpy(at)))
 
     def _chunk(self, s: _Session, position, quat, width, stamp_ns) -> np.ndarray:
         # Advance through every phase whose goal is already met.
@@ -104,9 +133,10 @@ class ScriptedPickPlace(PolicyBackend):
                     return self._rows(position, quat, position, phase.closed)
             else:
                 goal = waypoint(phase, s.object_position, s.target_position,
-                                s.here if s.here is not None else position)
+                                s.here if s.here is not None else position,
+                                self._arm.height_scale)
                 if np.linalg.norm(goal - position) > phase.tolerance:
-                    return self._rows(position, quat, goal, phase.closed, s.down)
+                    return self._rows(position, quat, goal, phase.closed, s.orientation(goal))
             s.here = position.copy()
             s.grip_samples = []
             s.phase += 1
@@ -114,21 +144,24 @@ class ScriptedPickPlace(PolicyBackend):
 
     def _gripper_done(self, s: _Session, close: bool, width: float, stamp_ns: int) -> bool:
         if not close:
-            return width >= OPEN_WIDTH
+            return width >= self._open_width
         s.grip_samples.append((stamp_ns, width))
         settled = [w for t, w in s.grip_samples if stamp_ns - t >= SETTLE_S * 1e9]
-        return width < OPEN_WIDTH and bool(settled) and \
+        return width < self._open_width and bool(settled) and \
             abs(settled[-1] - width) < SETTLE_WIDTH_CHANGE
 
-    def _rows(self, position, quat, goal, closed: bool, down=None) -> np.ndarray:
+    def _rows(self, position, quat, goal, closed: bool, orientation=None) -> np.ndarray:
         """Open-loop chunk towards ``goal``; the next chunk corrects whatever it got wrong."""
         rows = np.zeros((self._chunk_size, 7))
         rows[:, 6] = GRIPPER_CLOSE if closed else GRIPPER_OPEN
-        if down is not None:
-            rows[0, 3:6] = limit_norm(rotation_error(quat, down), self._max_rot) / self._scale_r
+        if orientation is not None:
+            rows[0, 3:6] = limit_norm(rotation_error(quat, orientation),
+                                      self._max_rot) / self._scale_r
         p = np.asarray(position, dtype=float).copy()
+        slow = self._arm.slow_within
         for row in rows:
-            step = limit_norm(goal - p, self._max_trans)
+            step = limit_norm(goal - p, self._max_trans if slow <= 0 else self._max_trans * min(
+                1.0, float(np.linalg.norm(goal - p)) / slow))
             row[:3] = step / self._scale_t
-            p += REALIZED * step
+            p += self._arm.realized * step
         return np.clip(rows, self._space.lower, self._space.upper)
