@@ -141,7 +141,7 @@ def twin_scene_path(suite: str) -> Optional[Path]:
     from rpent_twins.scene import SCENES_DIR
 
     if suite.endswith((".yaml", ".yml")):
-        return Path(suite)
+        return Path(suite).resolve()  # the twin's processes may start elsewhere
     shipped = SCENES_DIR / f"{suite}.yaml"
     return shipped if shipped.is_file() else None
 
