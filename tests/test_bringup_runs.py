@@ -178,15 +178,30 @@ def test_nodes_never_outlive_the_starter(tmp_path, how):
     assert (run_dir / "bag" / "metadata.yaml").exists(), "the bag was not closed"
 
 
-def test_ctrl_c_mid_run_stops_every_node_and_keeps_the_runs_files(tmp_path):
+def test_ctrl_c_mid_run_stops_every_node_and_keeps_the_runs_files(tmp_path, rclpy_context):
     """Ctrl-C reaches every node at once, so the agent's robot and model go while it cancels
     its run: it must still end the run and write its files before the starter (or launch,
     which escalates to SIGTERM after 5 s and SIGKILL 10 s later) gives up on it."""
+    from rpent_contract.client import RobotClient
+    from rpent_contract.processes import wait_until
+    from rpent_contract.qos import EXECUTED_QOS
+    from rpent_interfaces.msg import ExecutedAction
+
     run_dir = tmp_path / "run"
+    watcher, steps = RobotClient(actions=()), []
+    watcher.node.create_subscription(ExecutedAction, "executed_actions",
+                                     lambda m: steps.append(m.episode_step), EXECUTED_QOS)
     proc = start("libero_sim", f"run_dir:={run_dir}")
-    out, reader = _follow(proc, "[agent]: run ", 300)
-    os.kill(proc.pid, signal.SIGINT)
-    code = proc.wait(60)
+    try:
+        out, reader = _follow(proc, "[agent]: run ", 300)
+        # Mid-run: the arm has moved a second of its control steps, which the cameras showed.
+        wait_until(lambda: len(steps) >= 20, 120, what="20 executed steps of the run")
+        os.kill(proc.pid, signal.SIGINT)
+        code = proc.wait(60)
+    finally:
+        watcher.close()
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
     reader.join(10)
     text = "".join(out)
     assert code == 128 + signal.SIGINT, text[-4000:]

@@ -214,3 +214,56 @@ def test_sigint_right_after_a_burst_loses_none_of_it(rclpy_context, node_factory
         turns = [store.deserialize_cdr(data, conn.msgtype).turn
                  for conn, _, data in bagfile.messages(reader, reader.connections)]
     assert turns == list(range(80)), f"{len(turns)} of 80 recorded: {turns}"
+
+
+def test_a_killed_recorders_bag_is_recovered_up_to_its_last_complete_chunk(
+        rclpy_context, node_factory, tmp_path):
+    """SIGKILL leaves the recorder no time to close its bag: no metadata.yaml, no MCAP
+    summary, so no reader opens it. The chunks it had written are whole, and
+    ``rpent recover-bag`` copies every message in them, in order, into a bag readers open."""
+    import rclpy
+    from rclpy.qos import QoSProfile, ReliabilityPolicy
+
+    from rpent.cli import main as rpent_main
+    from rpent_bag import bagfile
+    from rpent_interfaces.msg import AgentEvent
+
+    bag, count = tmp_path / "bag", 1200
+    recorder = node_factory("rpent_bag", "recorder",
+                            {"bag_path": str(bag), "topics": ["agent/events"],
+                             "subscription_depth": count},
+                            name="killed_recorder", remaps={"__node": "killed_recorder"})
+    node = rclpy.create_node("killed_source")
+    events = node.create_publisher(AgentEvent, "agent/events",
+                                   QoSProfile(depth=count, reliability=ReliabilityPolicy.RELIABLE))
+    padding = "x" * 4000  # about 260 events to a 1 MiB chunk
+    try:
+        wait_until(lambda: "recording /agent/events [" in recorder.log_tail(100), 60,
+                   what="the recorder to subscribe /agent/events")
+        wait_until(lambda: _matched_by(node, events, "killed_recorder"), 30,
+                   what="the recorder's subscription to match")
+        for i in range(count):
+            events.publish(AgentEvent(run_id="killed", turn=i, kind=AgentEvent.KIND_REASONING,
+                                      text=f"event {i} {padding}"))
+        mcap = bag / "bag.mcap"
+        # Two complete chunks and more are on disk.
+        wait_until(lambda: mcap.exists() and mcap.stat().st_size > 3_000_000, 60,
+                   what="the recorder to write three chunks")
+        assert recorder.stop(signum=signal.SIGKILL) == -signal.SIGKILL
+    finally:
+        node.destroy_node()
+    assert not (bag / "metadata.yaml").exists()
+    with pytest.raises(bagfile.BagError, match="rpent recover-bag"):
+        bagfile.open_reader(bag)
+
+    out = tmp_path / "recovered"
+    assert rpent_main(["recover-bag", str(bag), "--out", str(out)]) == 0
+    with bagfile.open_reader(out) as reader:
+        store = bagfile.typestore(reader.connections)
+        kept = [store.deserialize_cdr(data, conn.msgtype)
+                for conn, _, data in bagfile.messages(reader, reader.connections)]
+    turns = [e.turn for e in kept]
+    assert len(turns) >= 2 * 260 and turns == list(range(len(turns))), turns
+    assert all(e.text == f"event {e.turn} {padding}" for e in kept)
+    # A closed bag is read as it is.
+    assert rpent_main(["recover-bag", str(out), "--out", str(tmp_path / "again")]) == 2

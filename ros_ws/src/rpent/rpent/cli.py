@@ -4,6 +4,7 @@
     rpent export-dataset BAGS... --out DIR   recorded runs to a LeRobot dataset
     rpent latency BAG   the control loop's latency per action chunk of a recorded run
     rpent operator ...  answer the agent's requests to the operator (rpent operator --help)
+    rpent recover-bag BAG   a bag whose recorder was killed, as a closed bag
     rpent start ...     a bring-up without ros2 launch (rpent start --list)
 """
 from __future__ import annotations
@@ -18,6 +19,8 @@ COMMANDS = {
                                                "training"),
     "latency": ("rpent_bag.latency", "the control loop's latency per action chunk of a "
                                      "recorded run (observation -> chunk -> first step)"),
+    "recover-bag": ("rpent_bag.recover", "a bag whose recorder was killed as a closed bag, up "
+                                         "to its last complete chunk"),
     "operator": ("rpent.operator", "answer the agent's requests to the person at the robot "
                                    "(verdicts, scene resets)"),
     "start": ("rpent.start", "start a bring-up without ros2 launch"),

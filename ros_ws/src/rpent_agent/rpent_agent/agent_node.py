@@ -26,7 +26,7 @@ from rclpy.node import Node
 from rclpy.signals import SignalHandlerOptions
 
 from rpent_contract import params
-from rpent_contract.client import RobotClient
+from rpent_contract.client import RobotClient, signals_held
 from rpent_contract.processes import node_executable
 from rpent_contract.serving import action_server
 from rcl_interfaces.msg import Log
@@ -156,14 +156,16 @@ class AgentNode(Node):
                 "claude_code or codex) or a plan_file of run_code steps; the scripted "
                 "heuristic calls tools")
 
-        self.robot = RobotClient(namespace=self.robot_namespace,
-                                 node_name="agent_robot_client")
         self._run_lock = threading.Lock()
         self._goals: list = []  # run_task goals not yet ended, for a shutdown to wait on
         self._goals_lock = threading.Lock()  # goals may arrive on several threads
         self._toolkit: Optional[Toolkit] = None
         self._interrupted: Optional[str] = None  # the signal's name, once one came
+        self.robot: Optional[RobotClient] = None
         try:
+            with signals_held():
+                self.robot = RobotClient(namespace=self.robot_namespace,
+                                         node_name="agent_robot_client")
             self.info = self.robot.wait_ready(self.startup_timeout)
             self.observer = RobotObserver(self.robot.node, self.info.camera_names,
                                           state_rate=self.info.control_rate)
@@ -172,13 +174,14 @@ class AgentNode(Node):
             self.perception_client = self._connect_perception()
             self.planner = self._make_planner()
         except TimeoutError as err:
-            self.robot.close()
+            self.robot.close()  # set: constructing it raises no TimeoutError
             raise TimeoutError(
                 f"{err}. Start the robot node (and the action model and perception node, if "
                 "action_model / perception are set) first, and check robot_namespace "
                 f"('{self.robot_namespace}') and ROS_DOMAIN_ID") from None
         except BaseException:  # a signal during start-up too: the client's thread must stop
-            self.robot.close()
+            if self.robot is not None:
+                self.robot.close()
             raise
         # Latched, with room for a whole run (a turn is a reasoning event and a call and a
         # result per tool call): a viewer or recorder that starts late gets the run's log.

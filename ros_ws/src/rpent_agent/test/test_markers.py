@@ -7,7 +7,7 @@ from builtin_interfaces.msg import Time
 from visualization_msgs.msg import Marker
 
 from rpent_agent.markers import SceneMarkers
-from rpent_perception.client import LocatedObject
+from rpent_contract.perception import LocatedObject
 
 STAMP = Time(sec=12, nanosec=5)
 

@@ -52,6 +52,7 @@ from rpent_contract.names import (
     camera_topic,
 )
 from rpent_contract.node_main import run_node
+from rpent_contract.perception import located_from_response
 from rpent_contract.pick_place import objects_in_instruction, phrases_in_instruction, placing_base
 from rpent_contract.qos import STATE_QOS, TF_STATIC_QOS, TRIGGER_QOS, camera_sub_qos
 from rpent_contract.serving import action_server, service
@@ -439,11 +440,9 @@ class ActionModelNode(Node):
                                            "perception argument)")
             if not answer.success:
                 raise BackendError(f"perception did not find '{phrase}': {answer.message}")
-            best = int(np.argmax(answer.scores))
-            p, e = answer.points[best].point, answer.extents[best]
-            found.append((np.array([p.x, p.y, p.z]), np.array([e.x, e.y, e.z])))
-        (obj, _), (target, extent) = found
-        return obj, placing_base(target, extent)
+            found.append(max(located_from_response(answer), key=lambda o: o.score))
+        obj, target = found
+        return obj.position, placing_base(target.position, target.extent)
 
     # --- observations ---------------------------------------------------------------------
     def _acquire_source(self, namespace: str) -> LatestObservation:

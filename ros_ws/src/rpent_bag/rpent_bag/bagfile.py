@@ -17,6 +17,9 @@ def open_reader(path: Path | str):
     from rosbags.rosbag2 import Reader
 
     path = Path(path)
+    if not (path / "metadata.yaml").is_file() and any(path.glob("*.mcap")):
+        raise BagError(f"{path} was never closed (its recorder was killed): make a closed "
+                       f"copy of it with: rpent recover-bag {path}")
     if not (path / "metadata.yaml").is_file():
         raise BagError(f"{path} is not a rosbag2 directory (no metadata.yaml); pass the folder "
                        f"the recorder created, e.g. runs/<time>/bag")

@@ -11,6 +11,9 @@ without reporting progress, so a long motion on a slow machine still completes.
 """
 from __future__ import annotations
 
+import contextlib
+import os
+import signal
 import threading
 import time
 import uuid
@@ -84,6 +87,30 @@ def spin_in_thread(executor, name: str = "spin") -> threading.Thread:
     thread = threading.Thread(target=spin, name=name, daemon=True)
     thread.start()
     return thread
+
+
+@contextlib.contextmanager
+def signals_held(signals=(signal.SIGINT, signal.SIGTERM)):
+    """Hold ``signals`` back until the block ends, then deliver them as they would have been.
+
+    For ``client = RobotClient()`` where a signal becomes an exception (a Python handler,
+    not rclpy's): one raised after the client's spin thread started but before the name
+    holds it leaves nobody to stop that thread, and a thread still in rclpy when the
+    interpreter exits aborts the process. (A thread's signal mask cannot hold them: DDS
+    threads take the signal, and Python runs its handler in the main thread anyway.)"""
+    if threading.current_thread() is not threading.main_thread():
+        yield  # signals interrupt only the main thread
+        return
+    came: list = []
+    held = {s: signal.signal(s, lambda signum, _frame: came.append(signum))
+            for s in signals if signal.getsignal(s) is not None}
+    try:
+        yield
+    finally:
+        for signum, handler in held.items():
+            signal.signal(signum, handler)
+        if came:
+            os.kill(os.getpid(), came[0])
 
 
 def wait_future(future, timeout: float, what: str):

@@ -83,3 +83,22 @@ def fill_segment_response(response, detections: Iterable[Detection], header):
 def detections_from_response(response) -> list[Detection]:
     return [Detection(label, float(score), image_to_numpy(mask) > 127)
             for label, score, mask in zip(response.labels, response.scores, response.masks)]
+
+
+@dataclass
+class LocatedObject:
+    """One object a ``Locate`` answer found."""
+    label: str
+    score: float
+    position: np.ndarray  # (3,) m, in the answer's frame (the robot's base)
+    extent: np.ndarray  # (3,) m
+    camera: str
+    partial: bool
+
+
+def located_from_response(response) -> list[LocatedObject]:
+    return [LocatedObject(label, float(score), np.array([p.point.x, p.point.y, p.point.z]),
+                          np.array([e.x, e.y, e.z]), camera, bool(partial))
+            for label, score, p, e, camera, partial in zip(
+                response.labels, response.scores, response.points, response.extents,
+                response.cameras, response.partial)]

@@ -48,6 +48,14 @@ LATCHED_QOS = QoSProfile(
     history=HistoryPolicy.KEEP_LAST, depth=1,
     reliability=ReliabilityPolicy.RELIABLE, durability=DurabilityPolicy.TRANSIENT_LOCAL,
 )
+# task_status as the robot publishes it: latched, and with a history, because it changes
+# every step. A reliable writer that keeps one sample replaces it before a busy subscriber
+# has it, so a recorder behind by a reset lost the success that ended an episode. A
+# subscriber with LATCHED_QOS still gets only the newest on joining.
+TASK_STATUS_QOS = QoSProfile(
+    history=HistoryPolicy.KEEP_LAST, depth=100,
+    reliability=ReliabilityPolicy.RELIABLE, durability=DurabilityPolicy.TRANSIENT_LOCAL,
+)
 # /tf as tf2's broadcasters publish it, so tf2 listeners and viewers match.
 TF_QOS = QoSProfile(
     history=HistoryPolicy.KEEP_LAST, depth=100,

@@ -36,7 +36,7 @@ from .names import (
     camera_topic,
     optical_frame,
 )
-from .qos import IMAGE_QOS, LATCHED_QOS, STATE_QOS, TF_QOS, TRIGGER_QOS
+from .qos import IMAGE_QOS, LATCHED_QOS, STATE_QOS, TASK_STATUS_QOS, TF_QOS, TRIGGER_QOS
 
 # Longest a stepping simulator's unchanged state goes unpublished, in s: watchers call a
 # robot silent after 2 s, and a step normally takes far less, so repeats are rare.
@@ -87,7 +87,7 @@ class StatePublisher:
         self._joint_pub = pub(JointState, JOINT_STATES_TOPIC, STATE_QOS)
         self._pose_pub = pub(PoseStamped, EE_POSE_TOPIC, STATE_QOS)
         self._state_pub = pub(RobotState, ROBOT_STATE_TOPIC, STATE_QOS)
-        self._task_pub = pub(TaskStatus, TASK_STATUS_TOPIC, LATCHED_QOS)
+        self._task_pub = pub(TaskStatus, TASK_STATUS_TOPIC, TASK_STATUS_QOS)
         self._last_task: Optional[tuple] = None
         self._task_lock = threading.Lock()  # the timer, motions and services all publish
         self._image_pubs = {

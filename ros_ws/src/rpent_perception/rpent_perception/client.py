@@ -1,27 +1,15 @@
 """The perception node's services as blocking calls, for the agent's tools."""
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import cv2
 import numpy as np
 
 from rpent_contract.client import ContractTimeout, ask
-from rpent_contract.perception import detections_from_response
+from rpent_contract.perception import detections_from_response, located_from_response
 from rpent_interfaces.srv import Locate, Segment
 
 _COLOURS = [(230, 25, 75), (60, 180, 75), (0, 130, 200), (245, 130, 48), (145, 30, 180),
             (70, 240, 240), (240, 50, 230), (210, 245, 60)]
-
-
-@dataclass
-class LocatedObject:
-    label: str
-    score: float
-    position: np.ndarray  # (3,) m, base frame
-    extent: np.ndarray  # (3,) m
-    camera: str
-    partial: bool
 
 
 class PerceptionClient:
@@ -50,13 +38,7 @@ class PerceptionClient:
         """(objects best first, message)."""
         response = ask(self._locate, Locate.Request(query=query, camera=camera), timeout,
                        f"{self.name}/locate")
-        objects = [LocatedObject(label, float(score),
-                                 np.array([p.point.x, p.point.y, p.point.z]),
-                                 np.array([e.x, e.y, e.z]), cam, bool(partial))
-                   for label, score, p, e, cam, partial in zip(
-                       response.labels, response.scores, response.points, response.extents,
-                       response.cameras, response.partial)]
-        return objects, response.message
+        return located_from_response(response), response.message
 
 
 def annotate(rgb: np.ndarray, detections) -> np.ndarray:

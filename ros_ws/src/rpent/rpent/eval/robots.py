@@ -14,6 +14,7 @@ begins; a station is one worker's robot of that family.
 """
 from __future__ import annotations
 
+import functools
 import os
 import re
 import warnings
@@ -158,6 +159,7 @@ class TwinSuites:
                       "twin_port": "(one per worker)", "twin_host": "(one per worker)"}
 
     @staticmethod
+    @functools.lru_cache(maxsize=None)  # read once: every episode of a run sees one scene
     def scene(suite: str):
         from rpent_twins.scene import load_scene
 

@@ -20,7 +20,7 @@ from typing import Callable, Optional
 
 from rpent.bringup import NodeSpec, recorder
 from rpent_agent.observer import RobotObserver
-from rpent_contract.client import ActionClient, GoalRun, RobotClient
+from rpent_contract.client import ActionClient, GoalRun, RobotClient, signals_held
 from rpent_contract.processes import LoggedProcess
 from rpent_interfaces.action import RunTask
 from rpent_interfaces.msg import TaskStatus
@@ -172,8 +172,9 @@ class Worker:
         self.group = NodeGroup(_agent_serves_goals(self.station.specs(episode)), self.log_dir,
                                f"w{self.index}.{self.starts}.", self.spawn)
         # Resets and watches only: no action client, so no per-step chunk feedback here.
-        self.client = RobotClient(namespace=self.namespace,
-                                  node_name=f"eval_client_{self.starts}", actions=())
+        with signals_held():  # Ctrl-C: stop() then finds the client to close
+            self.client = RobotClient(namespace=self.namespace,
+                                      node_name=f"eval_client_{self.starts}", actions=())
         self.observer = RobotObserver(self.client.node, [])
         self._run_client = ActionClient(self.client.node, RunTask, "agent/run_task")
         deadline = time.monotonic() + timeout
