@@ -267,3 +267,41 @@ def test_a_killed_recorders_bag_is_recovered_up_to_its_last_complete_chunk(
     assert all(e.text == f"event {e.turn} {padding}" for e in kept)
     # A closed bag is read as it is.
     assert rpent_main(["recover-bag", str(out), "--out", str(tmp_path / "again")]) == 2
+
+
+def test_check_bag_names_what_a_bag_lost(tmp_path, capsys):
+    """A dataset trained on a bag with holes learns from steps that never happened next to
+    each other: check-bag reports missing executed steps and undecodable messages, and says
+    which bag cannot be opened and what to do."""
+    from rclpy.serialization import serialize_message
+    from std_msgs.msg import String
+
+    from rpent.cli import main as rpent_main
+    from rpent_bag.recorder import BagRecorder
+    from rpent_interfaces.msg import ExecutedAction
+
+    def bag(name, steps, corrupt=False):
+        rec = BagRecorder(tmp_path / name)
+        rec.add_topic("/executed_actions", "rpent_interfaces/msg/ExecutedAction")
+        rec.add_topic("/note", "std_msgs/msg/String")
+        for n in steps:
+            rec.write("/executed_actions", 1000 + n, serialize_message(
+                ExecutedAction(episode_id="e1", episode_step=n, action=[0.0] * 7)))
+        rec.write("/note", 5000, b"\x00\x01" if corrupt else serialize_message(String(data="x")))
+        assert not rec.close().errors
+        return str(tmp_path / name)
+
+    whole = bag("whole", range(10))
+    holed = bag("holed", [0, 1, 2, 3, 6, 7, 9], corrupt=True)
+    assert rpent_main(["check-bag", whole]) == 0
+    assert "ok" in capsys.readouterr().out
+    assert rpent_main(["check-bag", whole, holed]) == 1
+    out = capsys.readouterr().out
+    assert "episode e1 lacks 3 executed steps between 0 and 9 (4-5, 8)" in out, out
+    assert "/note: 1 messages do not decode as std_msgs/msg/String" in out, out
+
+    unclosed = tmp_path / "unclosed"
+    unclosed.mkdir()
+    (unclosed / "unclosed.mcap").write_bytes(b"\x89MCAP0\r\n")
+    assert rpent_main(["check-bag", str(unclosed)]) == 2
+    assert f"rpent recover-bag {unclosed}" in capsys.readouterr().err

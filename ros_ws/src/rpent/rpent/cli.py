@@ -4,6 +4,7 @@
     rpent export-dataset BAGS... --out DIR   recorded runs to a LeRobot dataset
     rpent latency BAG   the control loop's latency per action chunk of a recorded run
     rpent operator ...  answer the agent's requests to the operator (rpent operator --help)
+    rpent check-bag BAGS... every message there and decodable, none dropped, no step missing
     rpent recover-bag BAG   a bag whose recorder was killed, as a closed bag
     rpent start ...     a bring-up without ros2 launch (rpent start --list)
 """
@@ -19,6 +20,8 @@ COMMANDS = {
                                                "training"),
     "latency": ("rpent_bag.latency", "the control loop's latency per action chunk of a "
                                      "recorded run (observation -> chunk -> first step)"),
+    "check-bag": ("rpent_bag.check", "check recorded bags: every message there and decodable, "
+                                     "none dropped, no executed step missing"),
     "recover-bag": ("rpent_bag.recover", "a bag whose recorder was killed as a closed bag, up "
                                          "to its last complete chunk"),
     "operator": ("rpent.operator", "answer the agent's requests to the person at the robot "
