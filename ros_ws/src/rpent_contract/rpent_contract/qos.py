@@ -11,6 +11,14 @@ IMAGE_QOS = QoSProfile(
     history=HistoryPolicy.KEEP_LAST, depth=2,
     reliability=ReliabilityPolicy.RELIABLE, durability=DurabilityPolicy.VOLATILE,
 )
+# What a robot publishes its cameras with: a reliable writer replaces a frame a busy
+# subscriber has not acknowledged once `depth` newer ones exist, so a recorder more than two
+# frames behind lost one (and a dataset its step). Ten frames cost about 0.5 MB per camera at
+# LIBERO's size; subscribers keep IMAGE_QOS's two and still get the newest.
+IMAGE_PUB_QOS = QoSProfile(
+    history=HistoryPolicy.KEEP_LAST, depth=10,
+    reliability=ReliabilityPolicy.RELIABLE, durability=DurabilityPolicy.VOLATILE,
+)
 # What consumers of camera streams subscribe with: best effort matches both the reliable
 # topics robot nodes publish and camera drivers that publish best effort (the sensor-data
 # QoS of usb_cam, realsense2_camera ...), which a reliable subscription never receives.

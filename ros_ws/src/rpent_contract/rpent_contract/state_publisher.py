@@ -36,7 +36,8 @@ from .names import (
     camera_topic,
     optical_frame,
 )
-from .qos import IMAGE_QOS, LATCHED_QOS, STATE_QOS, TASK_STATUS_QOS, TF_QOS, TRIGGER_QOS
+from .qos import (IMAGE_PUB_QOS, LATCHED_QOS, STATE_QOS, TASK_STATUS_QOS, TF_QOS,
+                  TRIGGER_QOS)
 
 # Longest a stepping simulator's unchanged state goes unpublished, in s: watchers call a
 # robot silent after 2 s, and a step normally takes far less, so repeats are rare.
@@ -91,15 +92,15 @@ class StatePublisher:
         self._last_task: Optional[tuple] = None
         self._task_lock = threading.Lock()  # the timer, motions and services all publish
         self._image_pubs = {
-            name: (pub(Image, camera_topic(name), IMAGE_QOS),
-                   pub(CameraInfo, camera_topic(name, "camera_info"), IMAGE_QOS))
+            name: (pub(Image, camera_topic(name), IMAGE_PUB_QOS),
+                   pub(CameraInfo, camera_topic(name, "camera_info"), IMAGE_PUB_QOS))
             for name in description.camera_names
         }
         # Aligned depth as camera drivers publish it (REP-118: 32FC1 in m, 0/NaN unknown),
         # with its own camera_info so depth-only consumers need nothing else.
         self._depth_pubs = {
-            name: (pub(Image, camera_topic(name, "depth/image_raw"), IMAGE_QOS),
-                   pub(CameraInfo, camera_topic(name, "depth/camera_info"), IMAGE_QOS))
+            name: (pub(Image, camera_topic(name, "depth/image_raw"), IMAGE_PUB_QOS),
+                   pub(CameraInfo, camera_topic(name, "depth/camera_info"), IMAGE_PUB_QOS))
             for name in description.depth_camera_names
         }
         self._camera_topics = [node.resolve_topic_name(p.topic_name) for pubs in (
