@@ -21,6 +21,7 @@ import json
 import sys
 
 from rclpy.node import Node
+from rclpy.qos import HistoryPolicy
 from rclpy.serialization import deserialize_message, serialize_message
 
 from rpent_bag import definitions, graph
@@ -92,8 +93,10 @@ class BridgeNode(Node):
                     positive)
         self._depth = d("subscription_depth", 10, "History depth of each subscription", positive)
         self._latched_history = d(
-            "latched_history", 1000, "Messages of each latched topic (task_status, "
-            "agent/events, agent/log) kept for viewers that connect later", positive)
+            "latched_history", 1000, "Messages of each latched topic (agent/events, "
+            "agent/log) kept for viewers that connect later", positive)
+        newest = d("latched_newest", ["task_status"], "Latched topics that carry a state, not "
+                   "a log: viewers that connect later get only the newest message")
         period = d("discovery_period", 0.5, "s between looks for new allowed topics", positive)
         stats_period = d("stats_period", 10.0, "s between statistics lines; 0 = never",
                          non_negative)
@@ -102,6 +105,7 @@ class BridgeNode(Node):
             self._patterns = graph.resolve_patterns(self, patterns)
             self._service_patterns = graph.resolve_patterns(self, [p for p in services if p])
             self._jpeg = graph.resolve_patterns(self, [p for p in jpeg if p])
+            self._newest = graph.resolve_patterns(self, [p for p in newest if p])
             self._limits = []
             for item in (x for x in limits if x):
                 pattern, _, hz = item.rpartition(":")
@@ -138,7 +142,13 @@ class BridgeNode(Node):
         self._discover_services()
         for topic, type_name in graph.discover(self, self._patterns, set(self._subs)):
             qos = graph.subscription_qos(self, topic, self._depth)
-            latched = self._latched_history if graph.is_latched(self, topic) else 0
+            latched = 0
+            if graph.is_latched(self, topic):
+                latched = self._latched_history
+                if any(fnmatch.fnmatchcase(topic, p) for p in self._newest):
+                    # task_status changes every step and its publisher keeps a history for
+                    # recorders: a viewer needs only where the task is now.
+                    latched, qos.history, qos.depth = 1, HistoryPolicy.KEEP_LAST, 1
             try:
                 cls = definitions.message_class(type_name)
                 jpeg = (type_name == "sensor_msgs/msg/Image"
