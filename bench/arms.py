@@ -35,11 +35,7 @@ def start_arm(arm: str, logs: Path, parameters: dict = None) -> Arm:
         node = NodeProcess("rpent_hw", "franka_node",
                            {**SIM_PARAMETERS, "robot_ip": sim.host, **(parameters or {})},
                            logs, name="bench_franka", params_file=ROOT / "config/franka.yaml")
-
-        def restore():
-            sim.proc = FrankySimProcess(logs, host=sim.host).start().proc
-
-        return Arm(node, sim.kill, restore, sim.stop)
+        return Arm(node, sim.kill, sim.start, sim.stop)
     if arm != "so101":
         raise SystemExit(f"unknown arm '{arm}': use franka or so101")
     from rpent_twins.feetech_emulator import (FeetechBusProcess, so101_calibration,

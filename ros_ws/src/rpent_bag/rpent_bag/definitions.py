@@ -144,6 +144,17 @@ def register(typestore, type_name: str, text: str | None = None) -> None:
     typestore.register(get_types_from_msg(text or full_text(type_name), normalize(type_name)))
 
 
+def add_connection(writer, typestore, topic: str, type_name: str, text: str,
+                   offered_qos=()):
+    """A rosbags ``Writer`` connection for ``topic``; its type is taught to ``typestore``
+    first when new, since the bag's schema hash (rihs01) comes from there."""
+    if normalize(type_name) not in typestore.fielddefs:
+        register(typestore, type_name, text)
+    return writer.add_connection(topic, type_name, msgdef=text,
+                                 rihs01=typestore.hash_rihs01(type_name),
+                                 offered_qos_profiles=list(offered_qos))
+
+
 def typestore_for(types: dict[str, str] | None = None):
     """An empty rosbags typestore knowing the given types {type: ros2msg text or ''}."""
     from rosbags.typesys import Stores, get_typestore

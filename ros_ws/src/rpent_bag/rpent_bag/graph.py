@@ -47,18 +47,23 @@ def is_latched(node, topic: str) -> bool:
         i.qos_profile.durability == DurabilityPolicy.TRANSIENT_LOCAL for i in infos)
 
 
-def subscription_qos(node, topic: str, depth: int) -> QoSProfile:
+def subscription_qos(node, topic: str, depth: int, newest_only: bool = False) -> QoSProfile:
     """A QoS that matches every publisher: reliable / transient-local only when all
     publishers offer it, so latched topics arrive after the fact. A latched topic is read
     with KEEP_ALL: a late subscriber then gets all the history the publishers keep (the
     agent's events of a whole run), whose depth the graph does not tell (DDS discovery
-    reports a remote publisher's depth as 0)."""
+    reports a remote publisher's depth as 0); with ``newest_only`` (a topic that carries a
+    state, not a log), only the newest of it."""
     infos = node.get_publishers_info_by_topic(topic)
     reliable = bool(infos) and all(
         i.qos_profile.reliability == ReliabilityPolicy.RELIABLE for i in infos)
     latched = is_latched(node, topic)
+    if latched and newest_only:
+        history, depth = HistoryPolicy.KEEP_LAST, 1
+    else:
+        history = HistoryPolicy.KEEP_ALL if latched else HistoryPolicy.KEEP_LAST
     return QoSProfile(
-        history=HistoryPolicy.KEEP_ALL if latched else HistoryPolicy.KEEP_LAST, depth=depth,
+        history=history, depth=depth,
         reliability=ReliabilityPolicy.RELIABLE if reliable else ReliabilityPolicy.BEST_EFFORT,
         durability=DurabilityPolicy.TRANSIENT_LOCAL if latched else DurabilityPolicy.VOLATILE)
 

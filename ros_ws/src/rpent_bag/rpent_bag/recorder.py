@@ -47,7 +47,6 @@ class BagRecorder:
         self._writer = Writer(self.path, version=version, storage_plugin=StoragePlugin.MCAP)
         self._writer.open()
         self._store = definitions.typestore_for()
-        self._known_types: set[str] = set()
         self._connections: dict[str, object] = {}
         self._queue = DropOldestQueue(queue_size)
         self.stats = RecorderStats()
@@ -97,12 +96,8 @@ class BagRecorder:
     def _add_connection(self, topic, type_name, offered_qos, text) -> None:
         if topic in self._connections:
             return
-        if type_name not in self._known_types:
-            definitions.register(self._store, type_name, text)
-            self._known_types.add(type_name)
-        self._connections[topic] = self._writer.add_connection(
-            topic, type_name, msgdef=text, rihs01=self._store.hash_rihs01(type_name),
-            offered_qos_profiles=list(offered_qos))
+        self._connections[topic] = definitions.add_connection(
+            self._writer, self._store, topic, type_name, text, offered_qos)
         self.stats.written.setdefault(topic, 0)
 
     # --- shutdown -----------------------------------------------------------------------

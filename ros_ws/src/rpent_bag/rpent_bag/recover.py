@@ -64,9 +64,11 @@ def recover(bag: Path, out: Path, progress: Callable[[str], None] = print) -> Re
                             channel = channels[record.channel_id]
                             conn = connections.get(channel.topic)
                             if conn is None:
-                                conn = connections[channel.topic] = _connection(
-                                    writer, store, channel, schemas[channel.schema_id],
-                                    parse_qos)
+                                schema = schemas[channel.schema_id]
+                                qos = channel.metadata.get("offered_qos_profiles", "")
+                                conn = connections[channel.topic] = definitions.add_connection(
+                                    writer, store, channel.topic, schema.name,
+                                    schema.data.decode(), parse_qos(qos) if qos else ())
                             writer.write(conn, record.log_time, record.data)
                             result.messages[channel.topic] = \
                                 result.messages.get(channel.topic, 0) + 1
@@ -78,16 +80,6 @@ def recover(bag: Path, out: Path, progress: Callable[[str], None] = print) -> Re
                      + (f"; {result.cut}" if result.cut else ""))
         writer.set_custom_data("rpent.recovered_from", str(bag.resolve()))
     return result
-
-
-def _connection(writer, store, channel, schema, parse_qos):
-    text = schema.data.decode()
-    if schema.name not in store.fielddefs:
-        definitions.register(store, schema.name, text)
-    qos = channel.metadata.get("offered_qos_profiles", "")
-    return writer.add_connection(channel.topic, schema.name, msgdef=text,
-                                 rihs01=store.hash_rihs01(schema.name),
-                                 offered_qos_profiles=parse_qos(qos) if qos else ())
 
 
 def main(argv=None) -> int:

@@ -21,7 +21,6 @@ import json
 import sys
 
 from rclpy.node import Node
-from rclpy.qos import HistoryPolicy
 from rclpy.serialization import deserialize_message, serialize_message
 
 from rpent_bag import definitions, graph
@@ -141,14 +140,13 @@ class BridgeNode(Node):
     def _discover(self) -> None:
         self._discover_services()
         for topic, type_name in graph.discover(self, self._patterns, set(self._subs)):
-            qos = graph.subscription_qos(self, topic, self._depth)
+            # task_status changes every step and its publisher keeps a history for
+            # recorders: a viewer needs only where the task is now.
+            newest = any(fnmatch.fnmatchcase(topic, p) for p in self._newest)
+            qos = graph.subscription_qos(self, topic, self._depth, newest_only=newest)
             latched = 0
             if graph.is_latched(self, topic):
-                latched = self._latched_history
-                if any(fnmatch.fnmatchcase(topic, p) for p in self._newest):
-                    # task_status changes every step and its publisher keeps a history for
-                    # recorders: a viewer needs only where the task is now.
-                    latched, qos.history, qos.depth = 1, HistoryPolicy.KEEP_LAST, 1
+                latched = 1 if newest else self._latched_history
             try:
                 cls = definitions.message_class(type_name)
                 jpeg = (type_name == "sensor_msgs/msg/Image"
