@@ -41,13 +41,14 @@ def current_state(probe):
 
 
 def assert_did_not_move(before: RobotState, after: RobotState):
-    # 10 µrad / 10 µm: a held arm's controller still settles by a few µrad (franky-sim
-    # after a stop motion), far below anything a motion command would cause.
+    # 100 µrad / 100 µm: a held arm's controller still settles after a stop motion (franky-sim:
+    # a few µrad a second, 13 µrad on a loaded machine), far below one step of the suite's
+    # wiggle (6 mm on the Franka).
     assert after.episode_step == before.episode_step, "the robot stepped"
-    np.testing.assert_allclose(after.joint_positions, before.joint_positions, atol=1e-5)
+    np.testing.assert_allclose(after.joint_positions, before.joint_positions, atol=1e-4)
     for axis in "xyz":
         assert getattr(after.ee_pose.position, axis) == pytest.approx(
-            getattr(before.ee_pose.position, axis), abs=1e-5)
+            getattr(before.ee_pose.position, axis), abs=1e-4)
 
 
 def test_topics_have_contract_types(robot):
