@@ -21,6 +21,7 @@ import json
 import sys
 
 from rclpy.node import Node
+from rclpy.qos import DurabilityPolicy
 from rclpy.serialization import deserialize_message, serialize_message
 
 from rpent_bag import definitions, graph
@@ -145,7 +146,7 @@ class BridgeNode(Node):
             newest = any(fnmatch.fnmatchcase(topic, p) for p in self._newest)
             qos = graph.subscription_qos(self, topic, self._depth, newest_only=newest)
             latched = 0
-            if graph.is_latched(self, topic):
+            if qos.durability == DurabilityPolicy.TRANSIENT_LOCAL:  # one reading of the graph
                 latched = 1 if newest else self._latched_history
             try:
                 cls = definitions.message_class(type_name)
