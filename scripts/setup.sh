@@ -103,8 +103,19 @@ VPY="$VENV/bin/python"
 # No wheel cache: torch's CUDA wheels would stay on disk a second time (about 3 GB), and a
 # CI machine once ran out of space installing them.
 pip_install() {
+  local log rc=0
+  log=$(mktemp)
   "$VPY" -m pip install --no-cache-dir --disable-pip-version-check --progress-bar off -q "$@" 2>&1 \
-    | { grep -v "^WARNING: Location '.*' is ignored" || true; }
+    | tee "$log" | { grep -v "^WARNING: Location '.*' is ignored" || true; } || rc=$?
+  if [ "$rc" -ne 0 ] && grep -q "No space left on device" "$log"; then
+    rm -f "$log"
+    die "the disk holding $VENV is full ($(df -h --output=avail "$VENV" | tail -1 | tr -d ' ') left). \
+Everything (--all, what make test installs) takes about 12 GB there, most of it torch's CUDA \
+wheels from PyPI; the main job alone (make setup) needs no torch. Free some space, then run \
+the same command again: finished stages are skipped"
+  fi
+  rm -f "$log"
+  return "$rc"
 }
 
 # --- 3. ROS 2 core wheels ------------------------------------------------------------
