@@ -36,6 +36,8 @@ Launch arguments (name, default, what):
   dashboard                false            start the Foxglove bridge (ws://127.0.0.1:dashboard_port)
   dashboard_port           8765             TCP port of the Foxglove bridge (dashboard:=true)
   record                   false            record a rosbag2 (MCAP) into the run folder
+  record_depth             false            true: the bag also holds the cameras' aligned depth (camera/<name>/depth/*), about as many bytes again as the images
+  record_image_rate        0                images per second the bag keeps of each camera, at the same instants on all (the recorder node; ros2 bag record cannot thin); 0: every image
   namespace                ''               namespace of this robot's topics, actions and services
   robots_file              ''               YAML, one block per robot (/robot1/libero_sim: ...)
 

@@ -151,6 +151,34 @@ def test_libero_sim_description():
     assert shared == {"libero_sim", "agent", "foxglove_bridge", "recorder"}
 
 
+@pytest.mark.parametrize("ros2_bag", [False, True], ids=["rpent_recorder", "ros2_bag_record"])
+def test_recordings_hold_depth_only_with_record_depth(ros2_bag, monkeypatch):
+    """Aligned depth, which the cameras' pattern also matches, is left out of a bag unless
+    record_depth:=true, by either recorder (the recorder's own test records both ways)."""
+    import re
+
+    from rpent import bringup
+    monkeypatch.setattr(bringup, "_have_rosbag2_mcap", lambda: ros2_bag)
+    args = {"run_dir": "/tmp/r", "record": "true", "namespace": "robot1"}
+    plain = {n.name: n for n in describe("libero_sim", args)}["recorder"]
+    depth = {n.name: n for n in describe("libero_sim", {**args, "record_depth": "true"})}[
+        "recorder"]
+    if not ros2_bag:
+        assert "exclude" not in plain.parameters  # the recorder's default leaves depth out
+        assert depth.parameters["exclude"] == [""]
+        return
+
+    def records(command, topic):
+        include = command[command.index("-e") + 1]
+        exclude = command[command.index("-x") + 1] if "-x" in command else "(?!)"
+        return bool(re.fullmatch(include, topic)) and not re.fullmatch(exclude, topic)
+    for topic in ("/robot1/camera/agentview/image_raw", "/robot1/camera/agentview/camera_info"):
+        assert records(plain.command, topic) and records(depth.command, topic)
+    for topic in ("/robot1/camera/agentview/depth/image_raw",
+                  "/robot1/camera/agentview/depth/camera_info"):
+        assert not records(plain.command, topic) and records(depth.command, topic)
+
+
 def test_the_agents_exit_is_the_runs_and_any_other_node_leaving_fails_it():
     """The rule both ``ros2 launch`` (launch_files.on_node_exit) and rpent.start apply when
     a node exits: a user's shell and CI read the run's outcome from the exit code."""

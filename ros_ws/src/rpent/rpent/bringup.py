@@ -194,6 +194,12 @@ VIEW_ARGS = (
     Argument("dashboard", "false", "start the Foxglove bridge (ws://127.0.0.1:dashboard_port)"),
     Argument("dashboard_port", "8765", "TCP port of the Foxglove bridge (dashboard:=true)"),
     Argument("record", "false", "record a rosbag2 (MCAP) into the run folder"),
+    Argument("record_depth", "false", "true: the bag also holds the cameras' aligned depth "
+                                      "(camera/<name>/depth/*), about as many bytes again as "
+                                      "the images"),
+    Argument("record_image_rate", "0", "images per second the bag keeps of each camera, at "
+                                       "the same instants on all (the recorder node; ros2 bag "
+                                       "record cannot thin); 0: every image"),
     Argument("namespace", "", "namespace of this robot's topics, actions and services"),
     Argument("robots_file", "", "YAML, one block per robot (/robot1/libero_sim: ...)"),
 )
@@ -238,7 +244,8 @@ def view_nodes(args: dict, ns: str, folder: str) -> list:
                               params_files=[_config("foxglove_bridge.yaml")],
                               parameters={"port": int(args["dashboard_port"])}))
     if _flag(args["record"]):
-        nodes.append(recorder(ns, os.path.join(folder, "bag")))
+        nodes.append(recorder(ns, os.path.join(folder, "bag"), _flag(args["record_depth"]),
+                              **_given(args, {"record_image_rate": float})))
     return nodes
 
 
@@ -252,19 +259,27 @@ def _have_rosbag2_mcap() -> bool:
     return shutil.which("ros2") is not None
 
 
-def recorder(ns: str, bag: str) -> NodeSpec:
-    """``ros2 bag record`` (MCAP) where rosbag2 is installed, else the rpent_bag recorder."""
-    if _have_rosbag2_mcap():
-        from rpent_bag.record_node import DEFAULT_TOPICS
+def recorder(ns: str, bag: str, depth: bool = False, record_image_rate: float = 0.0) -> NodeSpec:
+    """``ros2 bag record`` (MCAP) where rosbag2 is installed and every image is kept, else
+    the rpent_bag recorder; the cameras' aligned depth only with ``depth``."""
+    if not 0 <= record_image_rate < float("inf"):
+        raise ValueError(f"record_image_rate:={record_image_rate:g}: give images per second "
+                         f"> 0, or 0 to keep every image")
+    if _have_rosbag2_mcap() and not record_image_rate:
+        from rpent_bag.record_node import DEFAULT_EXCLUDE, DEFAULT_TOPICS
 
         prefix = f"/{ns}/" if ns else "/"
-        names = "|".join(t.replace("*", ".*") if t.startswith("/")
-                         else prefix + t.replace("*", ".*") for t in DEFAULT_TOPICS)
+
+        def regex(patterns):
+            return "^(" + "|".join((p if p.startswith("/") else prefix + p).replace("*", ".*")
+                                   for p in patterns) + ")$"
         return NodeSpec("rosbag2", "ros2", "recorder", ns, command=[
             "ros2", "bag", "record", "-s", "mcap", "-o", bag, "--include-hidden-topics",
-            "-e", f"^({names})$"])
+            "-e", regex(DEFAULT_TOPICS)] + ([] if depth else ["-x", regex(DEFAULT_EXCLUDE)]))
     return NodeSpec("rpent_bag", "recorder", "recorder", ns,
-                    params_files=[_config("recorder.yaml")], parameters={"bag_path": bag})
+                    params_files=[_config("recorder.yaml")],
+                    parameters={"bag_path": bag, **({"exclude": [""]} if depth else {}),
+                                **({"image_rate": record_image_rate} if record_image_rate else {})})
 
 
 def dashboard_url(args: dict) -> str:

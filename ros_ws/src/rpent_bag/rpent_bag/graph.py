@@ -24,8 +24,10 @@ def resolve_patterns(node, patterns) -> list[str]:
     return out
 
 
-def discover(node, patterns: list[str], known: set) -> list[tuple[str, str]]:
-    """(topic, type) pairs on the graph matching the patterns that are not in ``known``.
+def discover(node, patterns: list[str], known: set,
+             exclude: tuple = ()) -> list[tuple[str, str]]:
+    """(topic, type) pairs on the graph matching the patterns, and none of the ``exclude``
+    patterns, that are not in ``known``.
 
     A topic only subscribers have made known so far (the agent subscribes task_status
     before the robot's publisher is discovered) is left for a later look: the QoS a
@@ -35,6 +37,7 @@ def discover(node, patterns: list[str], known: set) -> list[tuple[str, str]]:
         if topic in known or not types:
             continue
         if (any(fnmatch.fnmatchcase(topic, p) for p in patterns)
+                and not any(fnmatch.fnmatchcase(topic, p) for p in exclude)
                 and node.get_publishers_info_by_topic(topic)):
             found.append((topic, types[0]))
     return found

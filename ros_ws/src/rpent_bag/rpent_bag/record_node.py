@@ -20,8 +20,8 @@ from rclpy.node import Node
 from rclpy.signals import SignalHandlerOptions
 
 from rpent_bag import definitions, graph
-from rpent_bag.recorder import BagRecorder
-from rpent_contract.params import ParameterError, declare, positive
+from rpent_bag.recorder import BagRecorder, StampThinning
+from rpent_contract.params import ParameterError, declare, non_negative, positive
 
 DEFAULT_TOPICS = [
     "joint_states", "ee_pose", "robot_state", "task_status", "executed_actions",
@@ -31,6 +31,10 @@ DEFAULT_TOPICS = [
     # The robot model and its frames, so a viewer opening the bag draws the arm moving.
     "robot_description", "/tf", "/tf_static",
 ]
+# Aligned depth (camera/<name>/depth/...), which the image pattern also matches: a float or
+# 16-bit image per camera per frame, most of a bag's size and rarely what a bag is kept for.
+DEFAULT_EXCLUDE = ["camera/*/depth/*"]
+IMAGE_TYPE = "sensor_msgs/msg/Image"
 
 
 class RecorderNode(Node):
@@ -41,6 +45,12 @@ class RecorderNode(Node):
                      "Topics to record: names or glob patterns, relative to the namespace",
                      lambda v: None if v and all(isinstance(t, str) and t for t in v)
                      else "must be a non-empty list of topic names")
+        exclude = d("exclude", DEFAULT_EXCLUDE,
+                    "Topics not recorded although 'topics' matches them (names or glob "
+                    "patterns); [''] = none, e.g. to record aligned depth too")
+        image_rate = d("image_rate", 0.0,
+                       "Images (sensor_msgs/msg/Image) kept per second of their stamps, at "
+                       "the same instants on every camera; 0 = every image", non_negative)
         bag_path = d("bag_path", "", "Bag directory to create; empty = runs/<time>/bag")
         queue_size = d("queue_size", 2000, "Messages buffered between DDS and the disk",
                        positive)
@@ -48,23 +58,31 @@ class RecorderNode(Node):
                         positive)
         period = d("discovery_period", 0.5, "s between looks for new matching topics",
                    positive)
-        try:
-            self._patterns = graph.resolve_patterns(self, patterns)
-        except Exception as err:  # rclpy raises its own types for invalid names
-            raise ParameterError(f"parameter 'topics' = {patterns}: {err}") from None
+        self._patterns = self._resolve("topics", patterns)
+        self._exclude = tuple(self._resolve("exclude", [p for p in exclude if p]))
         self.path = Path(bag_path or f"runs/{time.strftime('%Y%m%d-%H%M%S')}/bag")
         try:
             self.recorder = BagRecorder(self.path, queue_size=queue_size)
         except FileExistsError as err:
             raise ParameterError(f"parameter 'bag_path': {err}") from None
+        self._thinning = StampThinning(image_rate) if image_rate > 0 else None
         self._subs = {}
         self._last_message = time.monotonic()
         self.create_timer(period, self._discover)
         self._discover()
-        self.get_logger().info(f"recording {self._patterns} to {self.path}")
+        self.get_logger().info(f"recording {self._patterns}"
+                               + (f" but {list(self._exclude)}" if self._exclude else "")
+                               + f" to {self.path}")
+
+    def _resolve(self, parameter: str, patterns: list) -> list:
+        try:
+            return graph.resolve_patterns(self, patterns)
+        except Exception as err:  # rclpy raises its own types for invalid names
+            raise ParameterError(f"parameter '{parameter}' = {patterns}: {err}") from None
 
     def _discover(self) -> None:
-        for topic, type_name in graph.discover(self, self._patterns, set(self._subs)):
+        for topic, type_name in graph.discover(self, self._patterns, set(self._subs),
+                                               self._exclude):
             try:
                 cls = definitions.message_class(type_name)
                 self.recorder.add_topic(topic, type_name, graph.offered_qos(self, topic))
@@ -73,13 +91,22 @@ class RecorderNode(Node):
                 self._subs[topic] = None
                 continue
             qos = graph.subscription_qos(self, topic, self._depth)
+            write = self._write
+            if self._thinning is not None and type_name == IMAGE_TYPE:
+                write = self._write_thinned
             self._subs[topic] = self.create_subscription(
-                cls, topic, lambda data, t=topic: self._write(t, data), qos, raw=True)
+                cls, topic, lambda data, t=topic, w=write: w(t, data), qos, raw=True)
             self.get_logger().info(f"recording {topic} [{type_name}]")
 
     def _write(self, topic: str, data: bytes) -> None:
         self._last_message = time.monotonic()
         self.recorder.write(topic, self.get_clock().now().nanoseconds, data)
+
+    def _write_thinned(self, topic: str, data: bytes) -> None:
+        if self._thinning.keep(topic, data):
+            self._write(topic, data)
+        else:
+            self._last_message = time.monotonic()
 
     def drain(self, executor) -> None:
         """Take the messages DDS delivered before the stop: spin until none came for

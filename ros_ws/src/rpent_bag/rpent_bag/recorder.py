@@ -118,3 +118,34 @@ class BagRecorder:
     @property
     def backlog(self) -> int:
         return len(self._queue)
+
+
+class StampThinning:
+    """Keeps a stamped message (``std_msgs/Header`` first, as in every image) when its stamp
+    enters a new period of 1/``rate`` s, read from the serialized CDR without decoding it.
+
+    Deciding by the stamp, not by arrival, keeps the same instants on every camera that
+    stamps its frames alike, so the images a bag keeps still pair up with one another and
+    with the robot state of their step. Stamps that go back (a reset restarting simulated
+    time) are judged the same way: a period other than the last one kept is kept.
+    """
+
+    def __init__(self, rate: float):
+        if not rate > 0:
+            raise ValueError(f"rate must be > 0 Hz, got {rate}")
+        self._period_ns = max(1, round(1e9 / rate))
+        self._last: dict[str, int] = {}
+
+    def keep(self, topic: str, data: bytes) -> bool:
+        if len(data) < 12:
+            return True  # not a stamped message: nothing to thin by
+        # 4 bytes of encapsulation (its second byte: 1 little-endian, 0 big-endian), then
+        # the header's int32 sec and uint32 nanosec.
+        order = "little" if data[1] & 1 else "big"
+        stamp = (int.from_bytes(data[4:8], order, signed=True) * 1_000_000_000
+                 + int.from_bytes(data[8:12], order))
+        period = stamp // self._period_ns
+        if self._last.get(topic) == period:
+            return False
+        self._last[topic] = period
+        return True
