@@ -65,6 +65,8 @@ def test_client_sees_schemas_and_decodes_image_jpeg_and_agent_event(robot_and_br
 
     _, _, url = robot_and_bridge
     node = rclpy.create_node("fox_event_source")
+    wait_until(lambda: "/camera/agentview/depth/image_raw" in dict(
+        node.get_topic_names_and_types()), 30, what="the robot's depth topic")
     stop = threading.Event()
     publisher = threading.Thread(target=_publish_events, args=(node, stop), daemon=True)
     publisher.start()
@@ -76,6 +78,9 @@ def test_client_sees_schemas_and_decodes_image_jpeg_and_agent_event(robot_and_br
             await client.wait_for_topics(want, 90)
             topics = {c["topic"] for c in client.channels.values()}
             assert not any("camera_info" in t for t in topics), "camera_info is not on the allow-list"
+            # The robot publishes depth too, which the image pattern matches; no panel shows
+            # it, and a simulator renders it only for a subscriber.
+            assert not any("/depth/" in t for t in topics), "depth is excluded by default"
             assert "/camera/robot0_eye_in_hand/image_raw" not in topics, "JPEG replaces the raw image"
             image_ch = client.by_topic("/camera/agentview/image_raw")
             assert (image_ch["encoding"], image_ch["schemaEncoding"], image_ch["schemaName"]) == \

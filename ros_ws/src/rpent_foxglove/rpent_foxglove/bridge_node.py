@@ -25,7 +25,7 @@ from rclpy.qos import DurabilityPolicy
 from rclpy.serialization import deserialize_message, serialize_message
 
 from rpent_bag import definitions, graph
-from rpent_bag.record_node import DEFAULT_TOPICS
+from rpent_bag.record_node import DEFAULT_EXCLUDE, DEFAULT_TOPICS
 from rpent_contract.client import wait_future
 from rpent_contract.http_json import is_loopback
 from rpent_contract.node_main import run_node
@@ -78,6 +78,11 @@ class BridgeNode(Node):
                      "Allow-list: topic names or glob patterns, relative to the namespace",
                      lambda v: None if v and all(isinstance(t, str) and t for t in v)
                      else "must be a non-empty list of topic names")
+        exclude = d("exclude", DEFAULT_EXCLUDE,
+                    "Topics not bridged although 'topics' allows them (names or glob "
+                    "patterns); [''] = none. By default the cameras' aligned depth, which no "
+                    "panel of the layout shows and which a simulator renders only for a "
+                    "subscriber")
         limits = d("rate_limits", [""], "Per-topic 'pattern:max_hz' entries; unmatched = no limit",
                    lambda v: _rate_limits([x for x in v if x]))
         services = d("services", [ANSWER_SERVICE],
@@ -103,6 +108,7 @@ class BridgeNode(Node):
 
         try:
             self._patterns = graph.resolve_patterns(self, patterns)
+            self._exclude = tuple(graph.resolve_patterns(self, [p for p in exclude if p]))
             self._service_patterns = graph.resolve_patterns(self, [p for p in services if p])
             self._jpeg = graph.resolve_patterns(self, [p for p in jpeg if p])
             self._newest = graph.resolve_patterns(self, [p for p in newest if p])
@@ -129,7 +135,9 @@ class BridgeNode(Node):
         self._discover()
         self.get_logger().info(
             f"Foxglove bridge listening on ws://{host}:{self.bridge.port} (foxglove.sdk.v1), "
-            f"allowed {self._patterns}, services {self._service_patterns}")
+            f"allowed {self._patterns}"
+            + (f" but {list(self._exclude)}" if self._exclude else "")
+            + f", services {self._service_patterns}")
 
     # --- topics ---------------------------------------------------------------------------
     def _max_hz(self, topic: str) -> float:
@@ -140,7 +148,8 @@ class BridgeNode(Node):
 
     def _discover(self) -> None:
         self._discover_services()
-        for topic, type_name in graph.discover(self, self._patterns, set(self._subs)):
+        for topic, type_name in graph.discover(self, self._patterns, set(self._subs),
+                                               self._exclude):
             # task_status changes every step and its publisher keeps a history for
             # recorders: a viewer needs only where the task is now.
             newest = any(fnmatch.fnmatchcase(topic, p) for p in self._newest)
