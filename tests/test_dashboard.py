@@ -36,8 +36,13 @@ LICHTBLICK_PANEL_TYPES = {
 
 
 def _leaves(node):
+    """The panels a layout node places, those inside its Tab panels' tabs too."""
+    if node is None:
+        return []
     if isinstance(node, str):
-        return [node]
+        tabs = LAYOUT["configById"].get(node, {}).get("tabs", []) \
+            if node.startswith("Tab!") else []
+        return [node] + [p for tab in tabs for p in _leaves(tab.get("layout"))]
     return _leaves(node["first"]) + _leaves(node["second"])
 
 
@@ -144,12 +149,14 @@ def test_late_viewer_gets_task_status_whole_agent_log_and_every_layout_channel(r
     port = wait_until(lambda: (m := re.search(r"ws://127\.0\.0\.1:(\d+)", bridge.log_tail(200)))
                       and int(m.group(1)), 60, what="the bridge to listen")
     url = f"ws://127.0.0.1:{port}"
-    latched = ["/task_status", "/agent/events", "/agent/log", "/agent/markers"]
+    latched = ["/task_status", "/agent/events", "/agent/log", "/agent/markers", "/rosout"]
 
     def complete(messages):
         topics = [m.topic for m in messages]
         return (topics.count("/task_status") >= 1 and topics.count("/agent/events") >= len(events)
-                and topics.count("/agent/log") >= len(events) and "/agent/markers" in topics)
+                and topics.count("/agent/log") >= len(events) and "/agent/markers" in topics
+                and any(m.topic == "/rosout" and b"bridging /task_status" in m.data
+                        for m in messages))
 
     async def scenario():
         async with FoxgloveClient(url) as first:
@@ -182,6 +189,9 @@ def test_late_viewer_gets_task_status_whole_agent_log_and_every_layout_channel(r
         _check_log([m.msg for m in by_topic["/agent/log"]], events)
         (markers,) = by_topic["/agent/markers"]
         assert {"alphabet_soup_1", "basket_1"} <= {m.text for m in markers.markers}
+        # The nodes' log lines from before the viewer came (the Nodes tab): the bridge's own.
+        assert any(m.msg.startswith("bridging /task_status") and m.level == 20
+                   for m in by_topic["/rosout"]), [m.msg for m in by_topic["/rosout"]][:20]
     # The second viewer's replay is not broadcast: nothing the first viewer had comes again.
     had = {(m.topic, bytes(m.data)) for m in got_first}
     assert not [m for m in again if (m.topic, bytes(m.data)) in had], \

@@ -112,8 +112,9 @@ def test_libero_run_recording_survives_robot_crash_and_sigint(rclpy_context, nod
                 "/camera/robot0_eye_in_hand/image_raw", "/camera/robot0_eye_in_hand/camera_info",
                 "/agent/events", "/agent/log", "/agent/markers", "/predict/_action/feedback",
                 "/operator/requests"}
-    # The robot model and its frames, so a viewer draws the arm from the bag alone.
-    expected |= {"/robot_description", "/tf", "/tf_static"}
+    # The robot model and its frames, so a viewer draws the arm from the bag alone, and
+    # the nodes' log lines.
+    expected |= {"/robot_description", "/tf", "/tf_static", "/rosout"}
     # What the robot executes; it ran no goal here, so the topic is there without messages.
     expected |= {"/executed_actions"}
     assert set(counts) == expected

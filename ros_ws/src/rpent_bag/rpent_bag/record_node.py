@@ -30,6 +30,8 @@ DEFAULT_TOPICS = [
     "operator/requests",
     # The robot model and its frames, so a viewer opening the bag draws the arm moving.
     "robot_description", "/tf", "/tf_static",
+    # Every node's log lines (the robot's "waiting for the operator" among them).
+    "/rosout",
 ]
 # Aligned depth (camera/<name>/depth/...), which the image pattern also matches: a float or
 # 16-bit image per camera per frame, most of a bag's size and rarely what a bag is kept for.
