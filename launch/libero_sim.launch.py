@@ -12,6 +12,7 @@ Launch arguments (name, default, what):
   model              ''               provider:model for api, e.g. anthropic:claude-sonnet-5
   base_url           ''               the provider's endpoint for api: a proxy, or an OpenAI-compatible server (Ollama, vLLM)
   instruction        ''               what to do; empty: the task's own instruction
+  serve              false            true: a session: everything stays up and runs come and go through agent/start_run and agent/cancel_run (the dashboard's buttons, rpent task start|cancel), each in a folder of its own; Ctrl-C ends it
   max_turns          30               model turns before the run ends as max_turns
   output_dir         runs             where run folders are created
   run_dir            ''               use this run folder instead of a new one under output_dir

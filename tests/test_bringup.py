@@ -179,6 +179,19 @@ def test_recordings_hold_depth_only_with_record_depth(ros2_bag, monkeypatch):
         assert not records(plain.command, topic) and records(depth.command, topic)
 
 
+def test_serve_keeps_the_agent_serving_with_a_folder_per_run():
+    """serve:=true: the agent runs nothing at start-up (runs come from agent/start_run, as
+    tests/test_session.py drives them) and writes each run in a folder inside the session's."""
+    args = {"run_dir": "/tmp/session", "serve": "true"}
+    agent = {n.name: n for n in describe("libero_sim", args)}["agent"].parameters
+    assert agent["run_at_startup"] is False and agent["instruction"] == ""
+    assert (agent["output_dir"], agent["run_dir"]) == ("/tmp/session", "")
+    once = {n.name: n for n in describe("libero_sim", {"run_dir": "/tmp/r"})}["agent"]
+    assert once.parameters["run_at_startup"] is True and once.parameters["run_dir"] == "/tmp/r"
+    with pytest.raises(ValueError, match="with serve:=true give each run's instruction"):
+        describe("libero_sim", {**args, "instruction": "open the drawer"})
+
+
 def test_the_agents_exit_is_the_runs_and_any_other_node_leaving_fails_it():
     """The rule both ``ros2 launch`` (launch_files.on_node_exit) and rpent.start apply when
     a node exits: a user's shell and CI read the run's outcome from the exit code."""

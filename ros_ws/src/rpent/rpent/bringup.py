@@ -132,6 +132,10 @@ AGENT_ARGS = (
     Argument("base_url", "", "the provider's endpoint for api: a proxy, or an "
                              "OpenAI-compatible server (Ollama, vLLM)"),
     Argument("instruction", "", "what to do; empty: the task's own instruction"),
+    Argument("serve", "false", "true: a session: everything stays up and runs come and go "
+                               "through agent/start_run and agent/cancel_run (the dashboard's "
+                               "buttons, rpent task start|cancel), each in a folder of its "
+                               "own; Ctrl-C ends it"),
     Argument("max_turns", "30", "model turns before the run ends as max_turns"),
     Argument("output_dir", "runs", "where run folders are created"),
     Argument("run_dir", "", "use this run folder instead of a new one under output_dir"),
@@ -291,17 +295,24 @@ def dashboard_url(args: dict) -> str:
 def agent_node(args: dict, ns: str, folder: str, model: str, max_steps: str,
                perception: str) -> NodeSpec:
     url = dashboard_url(args)
+    serve = _flag(args["serve"])
+    if serve and args["instruction"]:
+        raise ValueError(f"instruction:={args['instruction']} runs one task; with serve:=true "
+                         "give each run's instruction to agent/start_run (the dashboard's "
+                         "Start button, rpent task start)")
+    # A session's runs each get a folder of their own inside the session's.
+    runs = {"output_dir": folder, "run_dir": ""} if serve else \
+        {"output_dir": os.path.abspath(args["output_dir"]), "run_dir": folder}
     return NodeSpec(
         "rpent_agent", "agent_node", "agent", ns,
         params_files=[_config("agent.yaml")],
         parameters={"planner": args["planner"] or "auto", "model": args["model"],
                     "base_url": args["base_url"], "instruction": args["instruction"],
                     "max_turns": int(args["max_turns"]), "max_episode_steps": int(max_steps),
-                    "output_dir": os.path.abspath(args["output_dir"]), "run_dir": folder,
-                    "action_model": model, "perception": perception,
+                    **runs, "action_model": model, "perception": perception,
                     "plan_file": os.path.abspath(args["plan_file"]) if args["plan_file"] else "",
                     "policy_chunks": int(args["policy_chunks"]),
-                    "robot_namespace": ns, "run_at_startup": True,
+                    "robot_namespace": ns, "run_at_startup": not serve,
                     "policy_mode": args["policy_mode"],
                     "mcp_port": int(args["mcp_port"]), "dashboard_url": url,
                     "dashboard_layout": (os.path.abspath(_config("foxglove_layout.json"))

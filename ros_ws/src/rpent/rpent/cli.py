@@ -4,6 +4,7 @@
     rpent export-dataset BAGS... --out DIR   recorded runs to a LeRobot dataset
     rpent latency BAG   the control loop's latency per action chunk of a recorded run
     rpent operator ...  answer the agent's requests to the operator (rpent operator --help)
+    rpent task start|cancel   start or cancel a run of a serving agent (serve:=true)
     rpent check-bag BAGS... every message there and decodable, none dropped, no step missing
     rpent recover-bag BAG   a bag whose recorder was killed, as a closed bag
     rpent start ...     a bring-up without ros2 launch (rpent start --list)
@@ -26,6 +27,8 @@ COMMANDS = {
                                          "to its last complete chunk"),
     "operator": ("rpent.operator", "answer the agent's requests to the person at the robot "
                                    "(verdicts, scene resets)"),
+    "task": ("rpent.task", "start or cancel a run of a serving agent (a bring-up with "
+                           "serve:=true)"),
     "start": ("rpent.start", "start a bring-up without ros2 launch"),
 }
 

@@ -1,4 +1,5 @@
-"""The agent node ``agent``: serves ``~/run_task`` and publishes ``~/events``.
+"""The agent node ``agent``: serves ``~/run_task`` (and, for callers that cannot hold an
+action goal, ``~/start_run`` and ``~/cancel_run``) and publishes ``~/events``.
 
 A run: the planner (api / scripted / mcp) drives the toolkit until finish, the turn or
 step budget, cancel or an error; the run folder then gets transcript.json, result.json and
@@ -32,6 +33,8 @@ from rpent_contract.serving import action_server
 from rcl_interfaces.msg import Log
 from rpent_interfaces.action import RunTask
 from rpent_interfaces.msg import AgentEvent, TaskStatus
+from rpent_interfaces.srv import StartRun
+from std_srvs.srv import Trigger
 from visualization_msgs.msg import MarkerArray
 
 from . import agentlog
@@ -202,6 +205,10 @@ class AgentNode(Node):
             self, RunTask, "~/run_task", execute_callback=self._execute,
             goal_callback=self._on_goal, cancel_callback=self._on_cancel,
             callback_group=ReentrantCallbackGroup())
+        self.create_service(StartRun, "~/start_run", self._on_start_run,
+                            callback_group=ReentrantCallbackGroup())
+        self.create_service(Trigger, "~/cancel_run", self._on_cancel_run,
+                            callback_group=ReentrantCallbackGroup())
         self.get_logger().info(
             f"agent ready: planner {self.planner_name}, robot {self.info.embodiment}, tools "
             f"{', '.join(self._new_toolkit(RunState('', 1, 0)).tools)}")
@@ -271,16 +278,20 @@ class AgentNode(Node):
                        **({"listener": listener} if listener else {}))
 
     # --- action server -------------------------------------------------------------------
-    def _on_goal(self, goal):
+    def _refusal(self, instruction: str) -> Optional[str]:
+        """Why a run cannot start now, or None."""
         if self._interrupted:
-            self.get_logger().warn(f"run_task refused: the agent is shutting down "
-                                   f"({self._interrupted}); start it again")
-            return GoalResponse.REJECT
+            return f"the agent is shutting down ({self._interrupted}); start it again"
         if self._run_lock.locked():
-            self.get_logger().warn("run_task refused: a run is in progress; cancel it first")
-            return GoalResponse.REJECT
-        if not goal.instruction.strip():
-            self.get_logger().warn("run_task refused: the instruction is empty")
+            return "a run is in progress; cancel it first"
+        if not instruction.strip():
+            return "the instruction is empty"
+        return None
+
+    def _on_goal(self, goal):
+        why = self._refusal(goal.instruction)
+        if why:
+            self.get_logger().warn(f"run_task refused: {why}")
             return GoalResponse.REJECT
         return GoalResponse.ACCEPT
 
@@ -289,6 +300,44 @@ class AgentNode(Node):
         if toolkit is not None:
             threading.Thread(target=toolkit.cancel, daemon=True).start()
         return CancelResponse.ACCEPT
+
+    # --- the same, as services (a viewer's buttons, `rpent task`) -------------------------
+    def _on_start_run(self, request, response):
+        task = self.observer.task()
+        instruction = request.instruction.strip() or (task.instruction if task else "")
+        why = self._refusal(instruction)
+        # Taken here, not in the run's thread: a second start must be refused, not queued.
+        if why is None and not self._run_lock.acquire(blocking=False):
+            why = "a run is in progress; cancel it first"
+        if why:
+            self.get_logger().warn(f"start_run refused: {why}")
+            response.accepted, response.message = False, why
+            return response
+
+        def run():
+            try:
+                self._run(instruction, request.max_turns or self.max_turns,
+                          self.max_episode_steps, lambda *_: None, self.run_dir)
+            finally:
+                self._run_lock.release()
+        threading.Thread(target=run, name="run", daemon=True).start()
+        response.accepted, response.message = True, f"run started: '{instruction}'"
+        return response
+
+    def _on_cancel_run(self, _request, response):
+        # A run just started has its toolkit a moment later.
+        deadline = time.monotonic() + CANCEL_SETUP_WAIT
+        while self._toolkit is None and self._run_lock.locked() and \
+                time.monotonic() < deadline:
+            time.sleep(0.01)
+        toolkit = self._toolkit
+        if toolkit is None:
+            response.success, response.message = False, "no run is in progress"
+            return response
+        threading.Thread(target=toolkit.cancel, args=("canceled by agent/cancel_run",),
+                         daemon=True).start()
+        response.success, response.message = True, "the run is being canceled"
+        return response
 
     def interrupt(self, signal_name: str) -> bool:
         """Cancel the run in progress (the process got ``signal_name``); it still writes
@@ -499,6 +548,9 @@ def summary(result, dashboard_url: str = "", dashboard_layout: str = "") -> str:
                      "later), then open the dashboard's address in Lichtblick or Foxglove")
     return "\n".join(lines)
 
+
+# s a cancel_run waits for a run that is being set up to have something to cancel.
+CANCEL_SETUP_WAIT = 5.0
 
 # s a stop (and the wait for the motions it ends) may take once the process is told to go:
 # launch and rpent.start kill what has not exited a few seconds after their SIGINT.

@@ -85,7 +85,7 @@ class BridgeNode(Node):
                     "subscriber")
         limits = d("rate_limits", [""], "Per-topic 'pattern:max_hz' entries; unmatched = no limit",
                    lambda v: _rate_limits([x for x in v if x]))
-        services = d("services", [ANSWER_SERVICE],
+        services = d("services", [ANSWER_SERVICE, "agent/start_run", "agent/cancel_run"],
                      "Services a viewer may call (Call Service panel): names or glob "
                      "patterns, relative to the namespace")
         self._service_timeout = d("service_timeout", 10.0,

@@ -12,6 +12,7 @@ u32 error length, the error message (utf-8), then the asset's bytes.
 from __future__ import annotations
 
 import asyncio
+import collections
 import json
 import re
 import struct
@@ -25,6 +26,8 @@ MESSAGE_DATA = 0x01
 SERVICE_CALL_REQUEST = 0x02
 SERVICE_CALL_RESPONSE = 0x03
 FETCH_ASSET_RESPONSE = 0x04
+# Messages kept for the next collect while a call waits (the oldest go first).
+UNREAD_LIMIT = 10_000
 
 
 @dataclass
@@ -49,6 +52,8 @@ class FoxgloveClient:
         self._subs: dict[int, int] = {}           # subscription id -> channel id
         self._next_sub = 1
         self._refused: set = set()                # channel ids a subscribe was refused for
+        # Messages that came while a call waited for its answer; the next collect gets them.
+        self._unread: collections.deque = collections.deque(maxlen=UNREAD_LIMIT)
 
     async def __aenter__(self):
         self.ws = await websockets.connect(self.url, subprotocols=SUBPROTOCOLS,
@@ -121,9 +126,11 @@ class FoxgloveClient:
             if left <= 0:
                 raise TimeoutError(why())
             try:
-                await self.recv(left)
+                msg = await self.recv(left)
             except asyncio.TimeoutError:
-                pass
+                continue
+            if msg is not None:
+                self._unread.append(msg)
 
     @staticmethod
     def _take(answers: dict, key):
@@ -184,9 +191,11 @@ class FoxgloveClient:
         await self.ws.send(json.dumps({"op": "subscribe", "subscriptions": subs}))
 
     async def collect(self, duration: float, until=None) -> list[Message]:
-        """Messages received for ``duration`` s, or until ``until(messages)`` is true."""
+        """Messages received for ``duration`` s, or until ``until(messages)`` is true; those
+        that came while a service call or an asset fetch waited come first."""
         loop = asyncio.get_running_loop()
-        deadline, out = loop.time() + duration, []
+        deadline, out = loop.time() + duration, list(self._unread)
+        self._unread.clear()
         while loop.time() < deadline and not (until and until(out)):
             try:
                 msg = await self.recv(deadline - loop.time())

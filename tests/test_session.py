@@ -1,0 +1,148 @@
+"""A session (``serve:=true``) driven from the dashboard and the terminal: a viewer connected
+through the bridge (config/foxglove_bridge.yaml) starts a run with the layout's Start button
+service, sees its events, cancels it and starts the next one, all without reconnecting;
+``rpent task`` does the same from a shell. Every run gets a folder of its own.
+
+A LIBERO robot, a scripted action model and a serving scripted agent run as processes; the
+agent's plan streams the action model for long enough to be canceled mid-run.
+"""
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from rpent_contract.client import RobotClient
+from rpent_contract.processes import wait_until
+from rpent_foxglove.client import FoxgloveClient, decoder_for
+
+CONFIG = Path(__file__).resolve().parents[1] / "config"
+LAYOUT = json.loads((CONFIG / "foxglove_layout.json").read_text())
+START, CANCEL = "/agent/start_run", "/agent/cancel_run"
+
+pytestmark = pytest.mark.slow
+
+
+def rpent_task(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "rpent.cli", "task", *args],
+                          capture_output=True, text=True, timeout=60)
+
+
+@pytest.fixture(scope="module")
+def session(rclpy_context, node_factory, tmp_path_factory):
+    """Robot, model, a serving agent and the bridge up, no run yet. Yields the bridge's URL
+    and the folder the agent's runs go to."""
+    tmp = tmp_path_factory.mktemp("session")
+    # At the control rate, the expert's few hundred steps take long enough to cancel.
+    node_factory("rpent_env_sim", "libero_node", {"real_time": True}, name="session_robot")
+    node_factory("rpent_am", "am_node", {"backend": "scripted"}, name="action_model")
+    client = RobotClient()
+    try:
+        client.wait_ready(180)
+        instruction = _task_instruction(client)
+    finally:
+        client.close()
+    plan = tmp / "plan.yaml"
+    plan.write_text(yaml.safe_dump([
+        {"tool": "run_policy", "args": {"instruction": instruction, "max_chunks": 400}},
+        {"tool": "finish", "args": {"status": "failure", "summary": "the policy ran out"}}]))
+    runs = tmp / "runs"
+    agent = node_factory("rpent_agent", "agent_node",
+                         {"planner": "scripted", "plan_file": str(plan), "video": False,
+                          "action_model": "/action_model", "output_dir": str(runs)},
+                         name="agent", remaps={"__node": "agent"})
+    bridge = node_factory("rpent_foxglove", "bridge", {"port": 0, "stats_period": 0.0},
+                          name="session_bridge", params_file=CONFIG / "foxglove_bridge.yaml")
+    port = wait_until(lambda: (m := re.search(r"ws://127\.0\.0\.1:(\d+)", bridge.log_tail(200)))
+                      and int(m.group(1)), 60, what="the bridge to listen")
+    wait_until(lambda: "agent ready" in agent.log_tail(200), 120, what="the agent to serve")
+    yield f"ws://127.0.0.1:{port}", runs, instruction
+    assert agent.alive(), agent.log_tail()
+    assert bridge.alive(), bridge.log_tail()
+
+
+def _task_instruction(client) -> str:
+    from rpent_contract.names import TASK_STATUS_TOPIC
+    from rpent_contract.qos import LATCHED_QOS
+    from rpent_interfaces.msg import TaskStatus
+
+    got = []
+    sub = client.node.create_subscription(TaskStatus, TASK_STATUS_TOPIC, got.append,
+                                          LATCHED_QOS)
+    try:
+        return wait_until(lambda: got and got[-1].instruction, 30, what="the robot's task")
+    finally:
+        client.node.destroy_subscription(sub)
+
+
+def _events(fox, messages, kind, tool: str = "") -> list:
+    """The agent events of ``kind`` (and ``tool``) among what the viewer got."""
+    decode = decoder_for(fox.by_topic("/agent/events"))
+    events = [decode(m.data) for m in messages if m.topic == "/agent/events"]
+    return [e for e in events if e.kind == kind and (not tool or e.tool_name == tool)]
+
+
+def test_the_layouts_run_buttons_call_the_agents_services():
+    services = {c["serviceName"] for p, c in LAYOUT["configById"].items()
+                if p.startswith("CallService!")}
+    assert {START, CANCEL} <= services
+
+
+def test_a_viewer_starts_cancels_and_starts_again_without_reconnecting(session):
+    from rpent_interfaces.msg import AgentEvent
+
+    url, runs, instruction = session
+    # The Start button's payload as the layout ships it: the robot's own task.
+    start = json.loads(LAYOUT["configById"]["CallService!start"]["requestPayload"])
+
+    async def viewer():
+        async with FoxgloveClient(url) as fox:
+            await fox.wait_for_topics(["/agent/events"], 60)
+            await fox.subscribe(["/agent/events"])
+            for _ in range(2):
+                reply = await fox.call_service(START, start, 30)
+                assert reply["accepted"], reply
+                assert reply["message"] == f"run started: '{instruction}'"
+                again = await fox.call_service(START, {"instruction": "another"}, 30)
+                assert not again["accepted"] and "a run is in progress" in again["message"]
+                # The run is streaming the model when the viewer cancels it.
+                await fox.collect(60, until=lambda ms: _events(
+                    fox, ms, AgentEvent.KIND_TOOL_CALL, "run_policy"))
+                canceled = await fox.call_service(CANCEL, {}, 30)
+                assert canceled["success"], canceled
+                got = await fox.collect(60, until=lambda ms: _events(
+                    fox, ms, AgentEvent.KIND_FINISH))
+                (finish,) = _events(fox, got, AgentEvent.KIND_FINISH)
+                assert finish.text.startswith("canceled: canceled by agent/cancel_run"), \
+                    finish.text
+            nothing = await fox.call_service(CANCEL, {}, 30)
+            assert not nothing["success"] and nothing["message"] == "no run is in progress"
+
+    asyncio.run(viewer())
+    results = [json.loads(p.read_text()) for p in sorted(runs.glob("*/result.json"))]
+    assert [r["status"] for r in results] == ["canceled", "canceled"], results
+
+
+def test_rpent_task_starts_and_cancels_a_run_from_a_shell(session):
+    url, runs, _ = session
+    before = set(runs.glob("*/result.json"))
+    started = rpent_task("start", "pick up the alphabet soup and place it in the basket")
+    assert started.returncode == 0, started
+    assert "run started" in started.stdout
+    refused = rpent_task("start")
+    assert refused.returncode == 1 and "a run is in progress" in refused.stderr, refused
+    canceled = rpent_task("cancel")
+    assert canceled.returncode == 0, canceled
+    new = wait_until(lambda: set(runs.glob("*/result.json")) - before, 60,
+                     what="the canceled run's result.json")
+    (result,) = [json.loads(p.read_text()) for p in new]
+    assert result["status"] == "canceled", result
+    assert rpent_task("cancel").returncode == 1
+    missing = rpent_task("--agent", "/nobody", "--timeout", "2", "cancel")
+    assert missing.returncode == 1 and "no agent serves /nobody/cancel_run" in missing.stderr
