@@ -105,6 +105,8 @@ def test_a_viewer_starts_cancels_and_starts_again_without_reconnecting(session):
         async with FoxgloveClient(url) as fox:
             await fox.wait_for_topics(["/agent/events"], 60)
             await fox.subscribe(["/agent/events"])
+            bad = await fox.call_service(START, {"instruction": "x", "max_turns": -1}, 30)
+            assert not bad["accepted"] and "max_turns must be >= 0" in bad["message"], bad
             for _ in range(2):
                 reply = await fox.call_service(START, start, 30)
                 assert reply["accepted"], reply

@@ -305,7 +305,8 @@ class AgentNode(Node):
     def _on_start_run(self, request, response):
         task = self.observer.task()
         instruction = request.instruction.strip() or (task.instruction if task else "")
-        why = self._refusal(instruction)
+        why = self._refusal(instruction) or (
+            "max_turns must be >= 0 (0: the agent's own)" if request.max_turns < 0 else None)
         # Taken here, not in the run's thread: a second start must be refused, not queued.
         if why is None and not self._run_lock.acquire(blocking=False):
             why = "a run is in progress; cancel it first"

@@ -34,7 +34,8 @@ DEFAULT_TOPICS = [
     "/rosout",
 ]
 # Aligned depth (camera/<name>/depth/...), which the image pattern also matches: a float or
-# 16-bit image per camera per frame, most of a bag's size and rarely what a bag is kept for.
+# 16-bit image per camera per frame, more than half of a LIBERO bag, and rarely what a bag
+# is kept for.
 DEFAULT_EXCLUDE = ["camera/*/depth/*"]
 IMAGE_TYPE = "sensor_msgs/msg/Image"
 
