@@ -18,9 +18,12 @@ from pathlib import Path
 import pytest
 import yaml
 
-from rpent_contract.client import RobotClient
+from rpent_contract.client import RobotClient, next_message
+from rpent_contract.names import TASK_STATUS_TOPIC
+from rpent_contract.qos import LATCHED_QOS
 from rpent_contract.processes import wait_until
 from rpent_foxglove.client import FoxgloveClient, decoder_for
+from rpent_interfaces.msg import TaskStatus
 
 CONFIG = Path(__file__).resolve().parents[1] / "config"
 LAYOUT = json.loads((CONFIG / "foxglove_layout.json").read_text())
@@ -45,7 +48,8 @@ def session(rclpy_context, node_factory, tmp_path_factory):
     client = RobotClient()
     try:
         client.wait_ready(180)
-        instruction = _task_instruction(client)
+        instruction = next_message(client.node, TaskStatus, TASK_STATUS_TOPIC, LATCHED_QOS,
+                                   30).instruction
     finally:
         client.close()
     plan = tmp / "plan.yaml"
@@ -65,20 +69,6 @@ def session(rclpy_context, node_factory, tmp_path_factory):
     yield f"ws://127.0.0.1:{port}", runs, instruction
     assert agent.alive(), agent.log_tail()
     assert bridge.alive(), bridge.log_tail()
-
-
-def _task_instruction(client) -> str:
-    from rpent_contract.names import TASK_STATUS_TOPIC
-    from rpent_contract.qos import LATCHED_QOS
-    from rpent_interfaces.msg import TaskStatus
-
-    got = []
-    sub = client.node.create_subscription(TaskStatus, TASK_STATUS_TOPIC, got.append,
-                                          LATCHED_QOS)
-    try:
-        return wait_until(lambda: got and got[-1].instruction, 30, what="the robot's task")
-    finally:
-        client.node.destroy_subscription(sub)
 
 
 def _events(fox, messages, kind, tool: str = "") -> list:

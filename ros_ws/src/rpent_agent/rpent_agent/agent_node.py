@@ -317,8 +317,7 @@ class AgentNode(Node):
 
         def run():
             try:
-                self._run(instruction, request.max_turns or self.max_turns,
-                          self.max_episode_steps, lambda *_: None, self.run_dir)
+                self._run(instruction, request.max_turns)
             finally:
                 self._run_lock.release()
         threading.Thread(target=run, name="run", daemon=True).start()
@@ -394,11 +393,13 @@ class AgentNode(Node):
     def run_task(self, instruction: str, max_turns: int = 0, max_steps: int = 0,
                  feedback=lambda *_: None, run_dir: str = "") -> RunTask.Result:
         with self._run_lock:
-            return self._run(instruction, max_turns or self.max_turns,
-                             max_steps or self.max_episode_steps, feedback,
-                             run_dir or self.run_dir)
+            return self._run(instruction, max_turns, max_steps, feedback, run_dir)
 
-    def _run(self, instruction, max_turns, max_steps, feedback, run_dir) -> RunTask.Result:
+    def _run(self, instruction: str, max_turns: int = 0, max_steps: int = 0,
+             feedback=lambda *_: None, run_dir: str = "") -> RunTask.Result:
+        """A run, the run lock held by the caller; 0 and empty: this node's settings."""
+        max_turns, max_steps = max_turns or self.max_turns, max_steps or self.max_episode_steps
+        run_dir = run_dir or self.run_dir
         run_id = uuid.uuid4().hex[:8]
         run_dir = Path(run_dir).resolve() if run_dir else \
             Path(self.output_dir).resolve() / (datetime.now().strftime("%Y%m%d-%H%M%S") +
