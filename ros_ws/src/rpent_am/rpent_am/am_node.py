@@ -18,6 +18,12 @@ companion node ``<name>_observations``), an observation older than
 robot publishes fails after a few seconds. Policy sessions are bounded (``max_sessions``,
 ``session_ttl``); goals without a client_id share one session per robot. An inference that
 overruns its goal's timeout is abandoned to its thread, and the next goal gets a fresh one.
+
+Dynamic batching: a backend that can run several goals' inferences as one forward pass
+(``batching``: LeRobot's chunking policies, the scripted expert) gets the goals that ask at
+the same time as one batch of at most ``max_batch``, gathered for at most
+``max_batch_wait_ms`` (never while every running goal already waits in it). Each goal keeps
+its own session and chunk; feedback says how many goals each chunk's batch served.
 """
 from __future__ import annotations
 
@@ -72,9 +78,11 @@ from .observation import (
 )
 from .policy import (
     BackendError,
+    Batcher,
     InferenceWorker,
     PolicyBackend,
     PolicyObservation,
+    Request,
     SessionsFull,
     SessionTable,
 )
@@ -354,11 +362,20 @@ class ActionModelNode(Node):
               "recently used idle one is forgotten", params.positive),
             d("session_ttl", 600.0, "s after which an unused policy session is forgotten",
               params.positive))
+        max_batch = d("max_batch", 8, "predict goals whose inferences run as one batch at "
+                      "most, for backends that batch (lerobot, scripted); 1: one at a time",
+                      lambda v: None if 1 <= v <= MAX_GOALS else f"must be 1..{MAX_GOALS}")
+        batch_wait = d("max_batch_wait_ms", 5.0, "ms a batch waits for more goals after its "
+                       "first (it never waits once every running goal is in it)",
+                       lambda v: None if 0 <= v <= 1000 else "must be 0..1000")
         self._client_group = ReentrantCallbackGroup()
         self.backend: PolicyBackend = backend or self._make_backend(d)
         meta = self.backend.meta
         self.meta = meta
         self._model = InferenceWorker(meta.backend)
+        self._batcher = Batcher(self.backend, self._model, max_batch, batch_wait / 1e3,
+                                lambda: self._goals) \
+            if self.backend.batching and max_batch > 1 else None
         self._latest: dict[str, LatestObservation] = {}
         self._latest_lock = threading.Lock()
         self._cancel: dict[bytes, threading.Event] = {}
@@ -377,7 +394,8 @@ class ActionModelNode(Node):
         self.get_logger().info(
             f"{meta.backend} model ready: {meta.checkpoint} ({meta.checkpoint_id}), "
             f"{meta.chunk_size} x {meta.action_space.dim} in '{meta.action_space.name}', "
-            f"cameras {list(meta.required_cameras)}")
+            f"cameras {list(meta.required_cameras)}"
+            f"{f', batches of up to {max_batch}' if self._batcher else ''}")
 
     # --- backends ----------------------------------------------------------------------
     def _make_backend(self, d) -> PolicyBackend:
@@ -499,16 +517,25 @@ class ActionModelNode(Node):
         event = self._cancel.get(bytes(goal_handle.goal_id.uuid))
         if event is not None:
             event.set()
+            if self._batcher is not None:
+                self._batcher.poke()
         return CancelResponse.ACCEPT
 
     def _infer(self, obs: PolicyObservation, instruction: str, session: str,
-               timeout: float) -> tuple[np.ndarray, float]:
-        def run():
-            started = time.perf_counter()
-            actions = self.backend.predict(obs, instruction, session)
-            return actions, (time.perf_counter() - started) * 1e3
+               timeout: float, cancel: threading.Event) -> Optional[tuple]:
+        """(chunk, inference ms, batch size); None when the goal was canceled meanwhile."""
+        if self._batcher is not None:
+            answer = self._batcher.infer(Request(obs, instruction, session), timeout, cancel)
+            if answer is None:
+                return None
+            actions, ms, batch = answer
+        else:
+            def run():
+                started = time.perf_counter()
+                actions = self.backend.predict(obs, instruction, session)
+                return actions, (time.perf_counter() - started) * 1e3
 
-        actions, ms = self._model.call(run, timeout)
+            (actions, ms), batch = self._model.call(run, timeout), 1
         actions = check_chunk_shape(actions, self.meta)
         if self.clip_actions:
             space = self.meta.action_space
@@ -526,7 +553,7 @@ class ActionModelNode(Node):
                         max_horizon=max(len(actions), 1))
         except GoalRejected as err:
             raise BackendError(f"backend chunk is out of its own action space: {err}") from None
-        return actions, ms
+        return actions, ms, batch
 
     def _predict(self, goal_handle):
         with self._goals_lock:
@@ -538,7 +565,7 @@ class ActionModelNode(Node):
                 goal_handle, Predict.Result(),
                 f"the model node is already serving {self.max_goals} predict goals (its "
                 "max_goals parameter); cancel streams you no longer need or try again when "
-                "one ends", [], None)
+                "one ends", [], None, [])
         try:
             return self._serve(goal_handle)
         finally:
@@ -553,7 +580,7 @@ class ActionModelNode(Node):
         timeout = goal.timeout or self.meta.default_timeout
         given = len(goal.observation.images) > 0 or len(goal.observation.state) > 0
         stream = goal.mode == Predict.Goal.MODE_STREAM
-        inference, last_obs_ns, chunk_msg = [], -1, None
+        inference, last_obs_ns, chunk_msg, batches = [], -1, None, []
         source, session = None, None
         try:
             if goal.mode not in (Predict.Goal.MODE_SINGLE, Predict.Goal.MODE_STREAM):
@@ -584,26 +611,31 @@ class ActionModelNode(Node):
                         break
                 obs = check_observation(obs, self.meta)
                 last_obs_ns = obs.stamp_ns
-                actions, ms = self._infer(obs, goal.instruction, session, timeout)
+                answer = self._infer(obs, goal.instruction, session, timeout, cancel)
+                if answer is None:
+                    break
+                actions, ms, batch = answer
                 inference.append(ms)
+                batches.append(batch)
                 chunk_msg = self._chunk_msg(actions, len(inference) - 1, obs.stamp_ns, ms)
                 if not stream:
                     break
-                goal_handle.publish_feedback(Predict.Feedback(chunk=chunk_msg))
+                goal_handle.publish_feedback(Predict.Feedback(chunk=chunk_msg, batch_size=batch))
                 if goal.max_chunks and len(inference) >= goal.max_chunks:
                     break
         except (ObservationError, BackendError) as err:
-            return self._fail(goal_handle, result, str(err), inference, chunk_msg)
+            return self._fail(goal_handle, result, str(err), inference, chunk_msg, batches)
         except Exception as err:  # a backend bug must not take the node down
             self.get_logger().error(f"predict failed: {err}\n{traceback.format_exc()}")
-            return self._fail(goal_handle, result, f"backend error: {err}", inference, chunk_msg)
+            return self._fail(goal_handle, result, f"backend error: {err}", inference, chunk_msg,
+                              batches)
         finally:
             self._cancel.pop(uid, None)
             if source is not None:
                 self._release_source(source)
             if session is not None:
                 self._sessions.release(session)
-        self._fill(result, inference, chunk_msg)
+        self._fill(result, inference, chunk_msg, batches)
         if cancel.is_set() and goal_handle.is_cancel_requested:
             result.message = f"canceled after {len(inference)} chunk(s)"
             goal_handle.canceled()
@@ -623,17 +655,18 @@ class ActionModelNode(Node):
         return msg
 
     @staticmethod
-    def _fill(result, inference, chunk_msg):
+    def _fill(result, inference, chunk_msg, batches):
         result.chunks = len(inference)
+        result.max_batch_size = max(batches, default=0)
         if chunk_msg is not None:
             result.last_chunk = chunk_msg
         if inference:
             result.mean_inference_ms = float(np.mean(inference))
             result.max_inference_ms = float(np.max(inference))
 
-    def _fail(self, goal_handle, result, message, inference, chunk_msg):
+    def _fail(self, goal_handle, result, message, inference, chunk_msg, batches):
         self.get_logger().warning(f"predict failed: {message}")
-        self._fill(result, inference, chunk_msg)
+        self._fill(result, inference, chunk_msg, batches)
         result.message = message
         goal_handle.abort()
         return result
@@ -650,6 +683,7 @@ class ActionModelNode(Node):
         response.image_height, response.image_width = int(m.image_height), int(m.image_width)
         response.control_rate = float(m.control_rate)
         response.default_timeout = float(m.default_timeout)
+        response.max_batch = self._batcher.max_batch if self._batcher else 1
         return response
 
     def _reset(self, request, response):
@@ -675,6 +709,8 @@ class ActionModelNode(Node):
         for source in sources:
             source.close()
         self._hub.close()
+        if self._batcher is not None:
+            self._batcher.close()
         self._model.close()
         self.backend.close()
 

@@ -60,8 +60,23 @@ class ModelMeta:
     extra: dict = field(default_factory=dict)
 
 
+@dataclass
+class Request:
+    """One goal's inference: what :meth:`PolicyBackend.predict` takes, as one value."""
+
+    observation: PolicyObservation
+    instruction: str
+    session: str
+
+
 class PolicyBackend(ABC):
-    """One model. ``session`` isolates the state of stateful policies between clients."""
+    """One model. ``session`` isolates the state of stateful policies between clients.
+
+    A backend that sets ``batching`` runs the inferences of several goals as one call of
+    :meth:`predict_batch`; the node then gathers concurrent goals into batches.
+    """
+
+    batching = False
 
     @property
     @abstractmethod
@@ -71,6 +86,18 @@ class PolicyBackend(ABC):
     def predict(self, observation: PolicyObservation, instruction: str,
                 session: str) -> np.ndarray:
         """Return a (horizon, action_dim) chunk in ``meta.action_space``."""
+
+    def predict_batch(self, requests: Sequence[Request]) -> list:
+        """One answer per request, in order: its chunk, or the :class:`BackendError` that
+        fails that request alone. This default runs them one by one, for backends whose
+        batch is a loop; a model override runs them as one forward pass."""
+        answers = []
+        for r in requests:
+            try:
+                answers.append(self.predict(r.observation, r.instruction, r.session))
+            except BackendError as err:
+                answers.append(err)
+        return answers
 
     def reset(self, session: Optional[str] = None) -> None:
         """Forget the state of one session (None: every session). Stateless: nothing to do."""
@@ -200,3 +227,128 @@ class InferenceWorker:
     def close(self) -> None:
         with self._lock:
             self._pool.shutdown(wait=False, cancel_futures=True)
+
+
+DEADLINE_GRACE_S = 0.25
+RECENT_S = 1.0
+
+
+@dataclass(eq=False)
+class _Pending:
+    request: Request
+    queued: float
+    deadline: float
+    answer: object = None  # (chunk, ms, batch size) or BackendError, once its batch ran
+
+
+class Batcher:
+    """Gathers the inferences of concurrent goals into batches, for a backend that runs a
+    batch as one call (``PolicyBackend.batching``).
+
+    A batch leaves when it holds ``max_batch`` requests, when every client it can expect
+    waits in it, or ``max_wait`` s after its first request came. It expects the goals the
+    node serves (``running()``) and the sessions that asked within the last
+    ``RECENT_S`` (a closed-loop client is between two goals for a moment), so a lone client
+    waits for nothing. While one batch runs the next gathers, so under load batches fill
+    with no wait at all. Each answer goes to its own
+    goal; a goal canceled while its request waits leaves the queue, and one canceled while
+    its batch runs does not wait for it (the others' chunks are not disturbed).
+    """
+
+    def __init__(self, backend: PolicyBackend, worker: InferenceWorker, max_batch: int,
+                 max_wait: float, running: Callable[[], int]):
+        self._backend, self._worker = backend, worker
+        self.max_batch, self._max_wait, self._running = max_batch, max_wait, running
+        self._cond = threading.Condition()
+        self._queue: list = []
+        self._recent: dict = {}  # session -> when its last request left in a batch
+        self._expected = 0
+        self._closed = False
+        self._thread = threading.Thread(target=self._loop, name="batcher", daemon=True)
+        self._thread.start()
+
+    def infer(self, request: Request, timeout: float,
+              cancel: threading.Event) -> Optional[tuple]:
+        """(chunk, inference ms, batch size) for ``request``; None once ``cancel`` is set
+        (call :meth:`poke` after setting it)."""
+        now = time.monotonic()
+        pending = _Pending(request, now, now + timeout)
+        with self._cond:
+            if self._closed:
+                raise BackendError("the model node is shutting down")
+            self._queue.append(pending)
+            self._cond.notify_all()
+            self._cond.wait_for(lambda: pending.answer is not None or cancel.is_set()
+                                or self._closed, timeout)
+            if pending in self._queue:
+                self._queue.remove(pending)
+            answer = pending.answer
+        if isinstance(answer, BackendError):
+            raise answer
+        if answer is not None or cancel.is_set():
+            return answer
+        if self._closed:
+            raise BackendError("the model node is shutting down")
+        raise BackendError(
+            f"the {self._backend.meta.backend} backend did not answer within {timeout:g} s "
+            "(its batch included); raise the goal's timeout, lower the node's max_batch, or "
+            "check the model")
+
+    def poke(self) -> None:
+        """Wake waiting goals to look at their cancel events."""
+        with self._cond:
+            self._cond.notify_all()
+
+    def _ready(self) -> bool:
+        return self._closed or not self._queue or \
+            len(self._queue) >= min(self.max_batch, max(1, self._running(), self._expected))
+
+    def _loop(self) -> None:
+        while True:
+            with self._cond:
+                self._cond.wait_for(lambda: self._queue or self._closed)
+                if self._closed:
+                    return
+                now = time.monotonic()
+                self._recent = {s: t for s, t in self._recent.items() if t > now - RECENT_S}
+                self._expected = len(self._recent.keys() | {p.request.session
+                                                            for p in self._queue})
+                until = self._queue[0].queued + self._max_wait
+                self._cond.wait_for(self._ready, max(0.0, until - now))
+                batch = self._queue[:self.max_batch]
+                del self._queue[:len(batch)]
+                now = time.monotonic()
+                self._recent.update((p.request.session, now) for p in batch)
+            if batch:
+                self._run(batch)
+
+    def _run(self, batch: list) -> None:
+        def run():
+            started = time.perf_counter()
+            answers = self._backend.predict_batch([p.request for p in batch])
+            return answers, (time.perf_counter() - started) * 1e3
+
+        # A little past the last deadline: each goal's own wait ends first, with its own
+        # timeout in the message.
+        budget = max(p.deadline for p in batch) - time.monotonic() + DEADLINE_GRACE_S
+        try:
+            answers, ms = self._worker.call(run, max(budget, DEADLINE_GRACE_S))
+            if len(answers) != len(batch):
+                raise BackendError(f"the backend answered {len(answers)} of the "
+                                   f"{len(batch)} requests of a batch: a backend bug")
+        except BackendError as err:
+            answers, ms = [err] * len(batch), 0.0
+        except Exception as err:  # a backend bug fails its batch, never the node
+            answers, ms = [BackendError(f"backend error: {type(err).__name__}: {err}")] * \
+                len(batch), 0.0
+        with self._cond:
+            for pending, answer in zip(batch, answers):
+                pending.answer = answer if isinstance(answer, BackendError) else \
+                    (answer, ms, len(batch))
+            self._cond.notify_all()
+
+    def close(self) -> None:
+        with self._cond:
+            self._closed = True
+            self._cond.notify_all()
+        self._thread.join(2.0)

@@ -94,3 +94,26 @@ def test_configuration_mismatches_are_clear(checkpoint, tmp_path):
     del obs.images["robot0_eye_in_hand"]
     with pytest.raises(BackendError, match="robot0_eye_in_hand"):
         be.predict(obs, "go", "s")
+
+
+def test_a_batch_gives_each_request_the_chunk_it_gets_alone(checkpoint):
+    from rpent_am.policy import Request
+
+    be = backend(checkpoint)
+    try:
+        assert be.batching  # ACT's chunk depends on the observation alone
+        requests = [Request(observation(seed=i), f"task {i}", f"s{i}") for i in range(8)]
+        alone = [be.predict(r.observation, r.instruction, r.session) for r in requests]
+        batched = be.predict_batch(requests)
+        assert len(batched) == 8
+        for one, many in zip(alone, batched):
+            # One forward pass over 8 items may sum in another order than over 1.
+            np.testing.assert_allclose(many, one, rtol=1e-5, atol=1e-6)
+        assert not np.allclose(batched[0], batched[1])
+        short = observation()
+        short.state, short.state_names = short.state[:5], STATE[:5]  # no observation.state
+        answers = be.predict_batch([requests[0], Request(short, "x", "bad"), requests[2]])
+        assert isinstance(answers[1], BackendError)
+        np.testing.assert_allclose(answers[2], alone[2], rtol=1e-5, atol=1e-6)
+    finally:
+        be.close()

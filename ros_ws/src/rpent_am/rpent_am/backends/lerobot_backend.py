@@ -25,6 +25,11 @@ queues some policies keep inside ``predict_action_chunk``), so clients do not di
 another. ``reset(session)`` drops that object; the next predict starts from a fresh one.
 Policies whose ``predict_action_chunk`` reads an observation history that only
 ``select_action`` records (diffusion, vqbet, tdmpc) are refused at load.
+
+Batches: policies whose chunk depends on the observation alone (act, pi0, pi05, smolvla)
+run concurrent goals as one forward pass of the loaded policy (``batching``); their session
+objects hold nothing a chunk reads. The flow-matching ones draw fresh noise per call, so
+their chunks vary from call to call however they are batched.
 """
 from __future__ import annotations
 
@@ -49,6 +54,9 @@ from ..policy import BackendError, ModelMeta, PolicyBackend, PolicyObservation
 from .rpent_http import actions_array
 
 HISTORY_FROM_SELECT_ACTION = ("diffusion", "vqbet", "tdmpc")
+# predict_action_chunk reads no state of the policy object (smolvla fills queues there that
+# only select_action reads): one forward pass can serve several sessions.
+CHUNK_FROM_OBSERVATION = ("act", "pi0", "pi05", "smolvla")
 
 
 class LeRobotBackend(PolicyBackend):
@@ -83,6 +91,7 @@ class LeRobotBackend(PolicyBackend):
                 f"needs the weights and the policy_preprocessor/postprocessor files that "
                 f"save_pretrained writes") from exc
         self._policy.eval()
+        self.batching = cfg.type in CHUNK_FROM_OBSERVATION
         self._device = torch.device(cfg.device)
         self._io = io
         steps = getattr(cfg, "n_action_steps", 0) or getattr(cfg, "chunk_size", 0)
@@ -139,28 +148,56 @@ class LeRobotBackend(PolicyBackend):
             self._sessions[session] = policy
         return policy
 
-    def predict(self, observation: PolicyObservation, instruction: str,
-                session: str) -> np.ndarray:
+    def _frame(self, observation: PolicyObservation, instruction: str) -> dict:
+        """A batch of one, as LeRobot's async policy server prepares it."""
         frame = self._io.inputs(observation)
         if OBS_STATE in frame:
             frame[OBS_STATE] = frame[OBS_STATE].astype(np.float32)
+        return prepare_observation_for_inference(frame, self._device, task=instruction)
+
+    def _chunks(self, policy, batch: dict) -> list:
+        """Pre-processor, chunk inference and post-processor; one (steps, dim) array per
+        item of ``batch``. Call with the lock held."""
+        try:
+            with torch.inference_mode():
+                chunk = policy.predict_action_chunk(self._pre(batch))[:, : self._chunk_size]
+                rows = [self._post(chunk[:, i]) for i in range(chunk.shape[1])]
+        except NotImplementedError as exc:
+            raise BackendError(f"this LeRobot policy predicts no action chunks ({exc})") \
+                from None
+        except (RuntimeError, ValueError, KeyError) as exc:
+            raise BackendError(f"LeRobot inference failed ({exc}): check that model_io "
+                               f"({self._io.name}) feeds what the policy was trained "
+                               "on") from exc
+        actions = torch.stack(rows, dim=1).float().cpu().numpy()
+        return [actions_array(a, self._space.dim, "the LeRobot policy") for a in actions]
+
+    def predict(self, observation: PolicyObservation, instruction: str,
+                session: str) -> np.ndarray:
+        frame = self._frame(observation, instruction)
         with self._lock:
-            policy = self._session_policy(session)
+            return self._chunks(self._session_policy(session), frame)[0]
+
+    def predict_batch(self, requests) -> list:
+        if not self.batching:
+            return super().predict_batch(requests)
+        answers, frames = [], []
+        for r in requests:
             try:
-                with torch.inference_mode():
-                    batch = self._pre(prepare_observation_for_inference(
-                        frame, self._device, task=instruction))
-                    chunk = policy.predict_action_chunk(batch)[:, : self._chunk_size]
-                    rows = [self._post(chunk[:, i]) for i in range(chunk.shape[1])]
-            except NotImplementedError as exc:
-                raise BackendError(f"this LeRobot policy predicts no action chunks ({exc})") \
-                    from None
-            except (RuntimeError, ValueError, KeyError) as exc:
-                raise BackendError(f"LeRobot inference failed ({exc}): check that model_io "
-                                   f"({self._io.name}) feeds what the policy was trained "
-                                   "on") from exc
-        actions = torch.stack(rows, dim=1)[0].float().cpu().numpy()
-        return actions_array(actions, self._space.dim, "the LeRobot policy")
+                frames.append(self._frame(r.observation, r.instruction))
+                answers.append(None)
+            except BackendError as err:  # this request's own fault: the others still run
+                answers.append(err)
+        if frames:
+            # Tensors stack along the batch axis; task and robot_type become lists of
+            # strings, as LeRobot's data loader collates them.
+            batch = {key: torch.cat([f[key] for f in frames])
+                     if isinstance(frames[0][key], torch.Tensor) else [f[key] for f in frames]
+                     for key in frames[0]}
+            with self._lock:
+                chunks = iter(self._chunks(self._policy, batch))
+            answers = [a if a is not None else next(chunks) for a in answers]
+        return answers
 
     def reset(self, session: Optional[str] = None) -> None:
         with self._lock:

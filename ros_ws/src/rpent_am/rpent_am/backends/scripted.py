@@ -63,6 +63,10 @@ class _Session:
 
 
 class ScriptedPickPlace(PolicyBackend):
+    # Its batch is a loop: nothing to gain per goal, but goals asking together are answered
+    # together, as from a model that batches.
+    batching = True
+
     def __init__(self, action_space: ControlSpaceSpec, find: Find, *,
                  arm: ArmGeometry = ArmGeometry(), chunk_size: int = 10,
                  max_translation_step: float = 0.04, max_rotation_step: float = 0.1,
