@@ -5,7 +5,7 @@
 #
 #   scripts/setup.sh                   set up / bring up to date, for the main job
 #   scripts/setup.sh --extras so101    also an optional part: models, franka, so101, agents,
-#                                      test (comma-separated; RPENT_EXTRAS does the same);
+#                                      cluster, test (comma-separated; RPENT_EXTRAS too);
 #                                      agents: the claude_code and codex planners' CLIs
 #   scripts/setup.sh --all             every optional part (what `make test` installs)
 #   RPENT_FORCE=1 scripts/setup.sh     redo every stage
@@ -24,7 +24,7 @@ T0=$SECONDS
 EXTRAS=${RPENT_EXTRAS:-}
 while [ $# -gt 0 ]; do
   case "$1" in
-    --all) EXTRAS=models,franka,so101,agents,test ;;
+    --all) EXTRAS=models,franka,so101,agents,cluster,test ;;
     --extras) [ $# -ge 2 ] || { echo "setup.sh: --extras needs a list, e.g. --extras so101" >&2; exit 2; }
               EXTRAS="${EXTRAS:+$EXTRAS,}$2"; shift ;;
     *) echo "setup.sh: unknown argument '$1'; use --extras LIST or --all" >&2; exit 2 ;;
@@ -32,8 +32,8 @@ while [ $# -gt 0 ]; do
   shift
 done
 for e in ${EXTRAS//,/ }; do
-  case "$e" in models|franka|so101|agents|test) ;;
-    *) echo "setup.sh: unknown extra '$e'; the extras are models, franka, so101, agents, test" >&2; exit 2 ;;
+  case "$e" in models|franka|so101|agents|cluster|test) ;;
+    *) echo "setup.sh: unknown extra '$e'; the extras are models, franka, so101, agents, cluster, test" >&2; exit 2 ;;
   esac
 done
 

@@ -254,3 +254,70 @@ def test_a_twin_suite_runs_like_a_libero_suite_one_worker_start_per_task(tmp_pat
     assert report["overall"]["episodes"] == 4
     assert "the so101 twin" in (out / "report.md").read_text()
     assert_node_names_unique(out)
+
+
+def test_an_evaluation_on_a_ray_cluster_survives_losing_a_node(tmp_path):
+    """Two Ray nodes on this machine (Ray's own test cluster), one cell each; the node of one
+    cell is removed while that cell runs an episode. Every episode must end in the results
+    once, the lost one rerun on the remaining node, and the report must match a run of the
+    same episodes on this machine alone."""
+    ray = pytest.importorskip("ray")
+    from ray.cluster_utils import Cluster
+
+    rpent = shutil.which("rpent")
+    episodes = ("--suites", "libero_object", "--tasks", "0-1", "--init-states", "0-1")
+    settings = ("planner:=scripted", "max_turns:=40", "max_episode_steps:=60")
+    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 2})
+    try:
+        doomed = cluster.add_node(num_cpus=2)
+        cluster.wait_for_nodes()
+        out = tmp_path / "cluster"
+        ev = Eval("eval", *episodes, "--workers", "2", "--cluster", cluster.address,
+                  "--out", str(out), *settings, command=[rpent])
+        node = doomed.node_id[:12]
+        ev.wait_for(rf"\] worker \d ready .* on .*Ray node {node}", timeout=600)
+        cluster.remove_node(doomed)
+        assert ev.finish(900) == 0, ev.output()[-4000:]
+    finally:
+        ray.shutdown()
+        cluster.shutdown()
+    text = ev.output()
+    assert "was lost" in text, text[-4000:]
+    prefix = f"eval_{ev.proc.pid}_"
+    assert not node_pids(prefix, "libero_node") + node_pids(prefix, "agent_node"), \
+        "the lost cell's nodes outlived it"
+    on_cluster = records(out)
+    keys = sorted(f"libero_object/{t}/{i}/0" for t in (0, 1) for i in (0, 1))
+    assert sorted(r["episode"] for r in on_cluster) == keys  # each once
+    assert all(r["outcome"] != "error" for r in on_cluster), on_cluster
+    assert any(r["attempts"] == 2 and node not in r["host"] for r in on_cluster), on_cluster
+    for r in on_cluster:  # the run folders came back from the cells
+        own = json.loads((Path(r["run_dir"]) / "result.json").read_text())
+        assert r["native_success"] == own["task_success"] and r["turns"] == own["turns"]
+
+    alone = tmp_path / "alone"
+    here = Eval("eval", *episodes, "--workers", "1", "--out", str(alone), *settings,
+                command=[rpent])
+    assert here.finish(900) == 0, here.output()[-4000:]
+    outcome = {r["episode"]: r["outcome"] for r in records(alone)}
+    assert {r["episode"]: r["outcome"] for r in on_cluster} == outcome
+
+    def verdicts(folder: Path) -> list:
+        """The report's rows without the times and step counts, which vary run to run."""
+        report = json.loads((folder / "report.json").read_text())
+        return [{k: row[k] for k in ("episodes", "successes", "errors", "success_rate",
+                                     "ci95")} for row in report["tasks"] + [report["overall"]]]
+
+    assert verdicts(out) == verdicts(alone)
+
+    def policy_ends(record: dict) -> set:
+        """How its run_policy calls ended."""
+        events = json.loads((Path(record["run_dir"]) / "transcript.json").read_text())["events"]
+        return {e["text"].split("(")[0].strip() for e in events
+                if e["kind"] == "tool_result" and e["tool"] == "run_policy"}
+
+    # The model on each cell's node streamed chunks until the step budget, or until the robot
+    # refused them (which one comes first depends on timing), as the shared one does here.
+    answered = {"policy ended: max_steps", "policy ended: refused"}
+    for r in on_cluster + records(alone):
+        assert policy_ends(r) and policy_ends(r) <= answered, (r["episode"], policy_ends(r))

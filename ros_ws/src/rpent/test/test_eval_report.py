@@ -207,3 +207,27 @@ def test_report_command_on_a_missing_folder_says_what_to_give(tmp_path, capsys):
 
     assert main(["report", str(tmp_path / "nothing")]) == 2
     assert "give an evaluation folder" in capsys.readouterr().err
+
+
+def test_a_cluster_node_running_other_code_is_named_with_each_difference():
+    from rpent.eval.cluster import differences, identity
+
+    here = identity()
+    assert differences(here, identity()) == []
+    other = {**here, "git_commit": "0123abc",
+             "packages": {**here["packages"], "mujoco": "0.1", "ray": "1.0"}}
+    found = differences(here, other)
+    assert f"git_commit: 0123abc here, {here['git_commit']} on the driver" in found
+    assert f"mujoco 0.1 here, {here['packages']['mujoco']} on the driver" in found
+    assert "ray 1.0 here, None on the driver" in found
+
+
+@pytest.mark.parametrize("argv, says", [
+    (["--cluster", "auto", "action_model:=/m"], "give am_backend:="),
+    (["--cluster", "auto", "--cell-cpus", "0"], "--cell-cpus must be above 0"),
+])
+def test_cluster_flags_that_cannot_work_are_refused_before_joining(argv, says, capsys):
+    from rpent.eval.cli import main
+
+    assert main(["--tasks", "0", "--init-states", "0", *argv]) == 2
+    assert says in capsys.readouterr().err

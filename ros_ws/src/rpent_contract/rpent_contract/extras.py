@@ -13,6 +13,7 @@ EXTRAS = {
     "models": "the LeRobot and OpenPI action-model backends (torch, lerobot, openpi-client)",
     "franka": "the Franka FR3 node (franky) and franky-sim",
     "so101": "the SO-101 node (LeRobot's robot classes, the Feetech SDK, its kinematic model)",
+    "cluster": "rpent eval --cluster (Ray)",
 }
 
 

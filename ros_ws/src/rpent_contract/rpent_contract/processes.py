@@ -120,7 +120,11 @@ def ros_args(parameters: dict, namespace: str = "", remaps: Optional[dict] = Non
 def die_with_parent() -> None:
     """Runs in the child before exec: the kernel sends it SIGINT when its parent dies, so
     a killed harness never leaves nodes driving a robot (SIGINT: a recorder still closes
-    its bag). Linux only; elsewhere the parent's own clean-up is all there is."""
+    its bag). Linux only; elsewhere the parent's own clean-up is all there is.
+
+    A blocked signal stays blocked through exec, and a parent may block the very signals
+    that stop its children (Ray's workers block SIGINT): the child unblocks them."""
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT, signal.SIGTERM})
     if _PRCTL is not None:
         _PRCTL(1, signal.SIGINT)  # PR_SET_PDEATHSIG
 

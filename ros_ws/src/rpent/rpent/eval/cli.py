@@ -4,6 +4,7 @@ arm's twin.
     rpent eval --suites libero_object --tasks 0-4 --init-states 0-9 planner:=scripted
     rpent eval --workers 2 --out evals/api model:=anthropic:claude-sonnet-5
     rpent eval --suites franka_tabletop --init-states 0-9    # the Franka twin's tasks
+    rpent eval --cluster auto --workers 16 ...  # workers as Ray actors on a cluster
     rpent eval report evals/api                 # rewrite report.md / .json / .png
     rpent eval compare evals/base evals/new     # two evaluations side by side
     rpent eval --list                           # suites, tasks and initial states
@@ -88,6 +89,15 @@ def _run_parser() -> argparse.ArgumentParser:
                    help="s an episode may take before it counts as hung (default 1800)")
     p.add_argument("--startup-timeout", type=float, default=300.0,
                    help="s a worker may take to start (default 300)")
+    p.add_argument("--cluster", metavar="ADDRESS",
+                   help="run the workers as Ray actors on this cluster ('auto': the one "
+                        "ray start runs here; host:port; ray://host:port); the workers of "
+                        "one node share an action-model node there. Default: this machine")
+    p.add_argument("--cell-cpus", type=float,
+                   help="CPUs a worker asks of Ray (default: 1 on LIBERO, "
+                        f"{TWIN_WORKER_CORES} on a twin)")
+    p.add_argument("--model-gpus", type=float, default=0.0,
+                   help="GPUs the action-model node of each Ray node asks of Ray (default 0)")
     p.add_argument("--list", action="store_true", help="list suites and tasks, then exit")
     p.add_argument("args", nargs="*", metavar="name:=value",
                    help="the robot's bring-up arguments (planner:=, model:=, am_backend:=, "
@@ -108,7 +118,27 @@ def run_main(argv: list[str]) -> int:
         episodes = suites.select(names, opts.tasks, opts.init_states, opts.seeds)
         limits = EpisodeLimits(int(args["max_turns"]), int(args["max_episode_steps"]),
                                opts.episode_timeout)
-        workers = default_workers(suites.worker_cores) if opts.workers is None else opts.workers
+        resources, model_resources = {}, {}
+        if opts.cluster:
+            if args["action_model"]:
+                raise ValueError("--cluster: every Ray node runs its own action-model node "
+                                 "(its ROS graph stays on its host), so give am_backend:= "
+                                 "(and its settings), not action_model:=")
+            from .cluster import connect
+
+            resources = {"num_cpus": suites.worker_cores if opts.cell_cpus is None
+                         else opts.cell_cpus}
+            # The model node's CPUs are the cells' (they wait on it); no CPU is held for it,
+            # so a node whose CPUs the cells hold still takes its model.
+            model_resources = {"num_cpus": 0, "num_gpus": opts.model_gpus}
+            if resources["num_cpus"] <= 0 or opts.model_gpus < 0:
+                raise ValueError("--cell-cpus must be above 0 and --model-gpus at least 0")
+            total = connect(opts.cluster)
+            workers = opts.workers if opts.workers is not None else \
+                max(1, int(total.get("CPU", 0) // resources["num_cpus"]))
+        else:
+            workers = default_workers(suites.worker_cores) if opts.workers is None \
+                else opts.workers
         if workers < 1:
             raise ValueError("--workers must be at least 1")
     except ValueError as err:
@@ -117,7 +147,8 @@ def run_main(argv: list[str]) -> int:
     config = EvalConfig(folder=Path("."), episodes=episodes, bringup_args=args, suites=suites,
                         workers=workers, limits=limits, keep=opts.keep,
                         record=opts.record, startup_timeout=opts.startup_timeout,
-                        retry_errors=opts.retry_errors)
+                        retry_errors=opts.retry_errors, cluster=opts.cluster or "",
+                        cell_resources=resources, model_resources=model_resources)
     config.folder = Path(opts.out) if opts.out else \
         Path("evals") / f"{'+'.join(Path(n).stem for n in names)}-" \
                         f"{config_hash(config.settings())[:8]}"

@@ -9,7 +9,7 @@ import sys
 import threading
 import time
 import traceback
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
 
@@ -61,6 +61,9 @@ class EvalConfig:
     record: bool = False
     startup_timeout: float = 300.0
     retry_errors: bool = False
+    cluster: str = ""  # a Ray cluster's address ('auto': the local one); '' runs here
+    cell_resources: dict = field(default_factory=dict)  # a cell's Ray resource request
+    model_resources: dict = field(default_factory=dict)  # a node's model node's request
 
     def settings(self) -> dict:
         """What decides an episode's outcome: the configuration results are filed under."""
@@ -159,24 +162,28 @@ class Evaluation:
         self._stop = threading.Event()
         self._crashed: list = []
         self._run_id = f"eval_{os.getpid()}"
+        self._hosts = None  # the model nodes of a cluster's nodes (cluster.ModelHosts)
 
     # --- the nodes ---------------------------------------------------------------------------
-    def _model(self) -> tuple[Optional[NodeSpec], str]:
-        """The shared model node to start (if any) and the name agents should use."""
+    def _model(self, namespace: str = "", robot: str = "") -> tuple[Optional[NodeSpec], str]:
+        """The shared model node to start (if any) and the name agents should use: in
+        ``namespace`` (default the evaluation's), reading its action space from ``robot``
+        (default worker 0's)."""
         args = self.config.bringup_args
         if args["action_model"]:
             return None, args["action_model"]
         if args["am_backend"] == "none":
             return None, ""
+        namespace = namespace or self._run_id
         # The model reads its action space from one robot (they all declare the same);
         # each goal then names the robot whose observation it predicts from.
         given = {"am_backend": args["am_backend"], "am_checkpoint": args["am_checkpoint"],
                  "am_endpoint": args["am_endpoint"], "am_model_io": args["am_model_io"],
-                 "namespace": self._run_id,
-                 "robot_namespace": self._worker_namespace(0)}
+                 "namespace": namespace,
+                 "robot_namespace": robot or self._worker_namespace(0)}
         spec = describe("action_model", given)[0]
         spec.parameters.update(self.config.suites.model_parameters(args))
-        return spec, f"/{self._run_id}/action_model"
+        return spec, f"/{namespace}/action_model"
 
     def _worker_namespace(self, index: int) -> str:
         return f"{self._run_id}_w{index}"
@@ -194,6 +201,7 @@ class Evaluation:
     def run(self) -> int:
         cfg = self.config
         self.folder.open(cfg.settings(), {"command": sys.argv, "workers": cfg.workers,
+                                          "cluster": cfg.cluster or None,
                                           "episodes_selected": len(cfg.episodes)})
         digest = config_hash(cfg.settings())
         finished = {r["episode"]: r for r in self.folder.records()}
@@ -225,7 +233,8 @@ class Evaluation:
         rclpy.init(args=[])  # our argv is the harness's, not ROS arguments
         previous = {s: signal.signal(s, lambda *_: self._stop.set())
                     for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
-        model_spec, model_name = self._model()
+        # On a cluster the model nodes run on the cells' hosts (cluster.ModelHosts).
+        model_spec, model_name = self._model() if not cfg.cluster else (None, "")
         spawn = Spawner()
         model = ModelService(model_spec, logs, spawn)
         progress = Progress(len(todo), earlier)
@@ -233,12 +242,13 @@ class Evaluation:
         try:
             model.ensure_running()
             for i in range(n):
-                ns = self._worker_namespace(i)
-                station = cfg.suites.station(i, self._worker_args(ns, model_name), logs)
-                workers.append(Worker(i, ns, station, logs, model, cfg.record, self._stop))
+                workers.append(self._worker(i, model_name, model, logs))
             robot = cfg.suites.robot_label(cfg.bringup_args)
             what = f"{n} worker(s), each a robot ({robot}) and an agent" + (
-                ", sharing one action-model node" if model_spec else "")
+                ", sharing one action-model node" if model_spec else "") + (
+                f", as Ray actors on the cluster at {cfg.cluster} ({cfg.cell_resources} "
+                "each; the workers on one node share its action-model node)"
+                if cfg.cluster else "")
             progress.say(f"[eval] starting {what}; logs in {logs}")
             threads = [threading.Thread(target=self._drain_guarded,
                                         args=(w, queue, progress, digest),
@@ -252,6 +262,8 @@ class Evaluation:
             progress.close()
             for w in workers:
                 w.close()
+            if self._hosts is not None:
+                self._hosts.close()
             model.stop()
             spawn.close()
             for s, handler in previous.items():
@@ -266,6 +278,21 @@ class Evaluation:
                   "again to finish the rest", flush=True)
             return 130
         return 0
+
+    def _worker(self, index: int, model_name: str, model: ModelService, logs: Path):
+        cfg = self.config
+        ns = self._worker_namespace(index)
+        if not cfg.cluster:
+            station = cfg.suites.station(index, self._worker_args(ns, model_name), logs)
+            return Worker(index, ns, station, logs, model, cfg.record, self._stop)
+        from .cluster import ModelHosts, RayWorker
+
+        if self._hosts is None:
+            self._hosts = ModelHosts(lambda host_ns, robot: self._model(host_ns, robot)[0],
+                                     f"{self._run_id}_node", cfg.model_resources)
+        suites = sorted({e.suite for e in cfg.episodes})
+        return RayWorker(index, ns, suites, self._worker_args(ns, ""), cfg.record,
+                         cfg.cell_resources, self._hosts, self._stop)
 
     def _drain_guarded(self, worker: Worker, *args) -> None:
         """A worker thread that fails stops the evaluation instead of vanishing."""
@@ -315,11 +342,12 @@ class Evaluation:
             if run_dir.exists():  # an earlier attempt's, or a killed evaluation's, files
                 shutil.rmtree(run_dir)
             try:
-                if worker.dead() or not worker.station.serves(episode):
+                if not worker.serves(episode):
                     t0 = time.monotonic()
                     worker.start(episode, self.config.startup_timeout)
                     progress.say(f"[eval] worker {worker.index} ready "
-                                 f"({time.monotonic() - t0:.1f} s)")
+                                 f"({time.monotonic() - t0:.1f} s)"
+                                 + (f" on {worker.host}" if worker.host else ""))
                 t0 = time.monotonic()
                 record = worker.run(episode, run_dir, self.config.limits)
                 return {**record, "attempts": attempt, "run_dir": str(run_dir),

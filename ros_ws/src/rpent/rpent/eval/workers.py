@@ -148,6 +148,8 @@ class Worker:
     """One robot + agent pair under its own namespace; ``station`` is its robot's kind
     (robots.LiberoStation, robots.TwinStation)."""
 
+    host = ""  # where it runs, when not on this machine
+
     def __init__(self, index: int, namespace: str, station, log_dir: Path,
                  model: ModelService, record: bool, stopping: threading.Event):
         self.index, self.namespace, self.station = index, namespace, station
@@ -163,6 +165,10 @@ class Worker:
     def dead(self) -> Optional[str]:
         why = self.group.dead() if self.group is not None else "not started"
         return why or self.model.dead()
+
+    def serves(self, episode: Episode) -> bool:
+        """Whether the running nodes can run ``episode`` without a restart."""
+        return self.dead() is None and self.station.serves(episode)
 
     def start(self, episode: Episode, timeout: float) -> None:
         """Start the nodes, for ``episode`` and those the station serves with them."""
