@@ -22,8 +22,9 @@ overruns its goal's timeout is abandoned to its thread, and the next goal gets a
 Dynamic batching: a backend that can run several goals' inferences as one forward pass
 (``batching``: LeRobot's chunking policies, the scripted expert) gets the goals that ask at
 the same time as one batch of at most ``max_batch``, gathered for at most
-``max_batch_wait_ms`` (never while every running goal already waits in it). Each goal keeps
-its own session and chunk; feedback says how many goals each chunk's batch served.
+``max_batch_wait_ms`` (not at all once every client it can expect waits in it, so a lone
+client never waits; see policy.Batcher). Each goal keeps its own session and chunk;
+feedback says how many goals each chunk's batch served.
 """
 from __future__ import annotations
 
@@ -366,7 +367,8 @@ class ActionModelNode(Node):
                       "most, for backends that batch (lerobot, scripted); 1: one at a time",
                       lambda v: None if 1 <= v <= MAX_GOALS else f"must be 1..{MAX_GOALS}")
         batch_wait = d("max_batch_wait_ms", 5.0, "ms a batch waits for more goals after its "
-                       "first (it never waits once every running goal is in it)",
+                       "first (none once every client it can expect is in it: a lone client "
+                       "never waits)",
                        lambda v: None if 0 <= v <= 1000 else "must be 0..1000")
         self._client_group = ReentrantCallbackGroup()
         self.backend: PolicyBackend = backend or self._make_backend(d)

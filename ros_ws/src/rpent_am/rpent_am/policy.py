@@ -250,9 +250,9 @@ class Batcher:
     node serves (``running()``) and the sessions that asked within the last
     ``RECENT_S`` (a closed-loop client is between two goals for a moment), so a lone client
     waits for nothing. While one batch runs the next gathers, so under load batches fill
-    with no wait at all. Each answer goes to its own
-    goal; a goal canceled while its request waits leaves the queue, and one canceled while
-    its batch runs does not wait for it (the others' chunks are not disturbed).
+    with no wait at all. Each answer goes to its own goal; a goal canceled while its request
+    waits leaves the queue, and one canceled while its batch runs does not wait for it (the
+    others' chunks are not disturbed).
     """
 
     def __init__(self, backend: PolicyBackend, worker: InferenceWorker, max_batch: int,
