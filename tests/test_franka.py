@@ -7,6 +7,7 @@ layer's refusals, operator approval, and surviving the robot disappearing mid-mo
 from __future__ import annotations
 
 import math
+import threading
 import time
 from pathlib import Path
 
@@ -16,7 +17,8 @@ from action_msgs.msg import GoalStatus
 
 from rpent_contract.client import next_message
 from rpent_contract.processes import wait_until
-from rpent_contract.qos import LATCHED_QOS, STATE_QOS
+from rpent_contract.geometry import stamp_to_ns
+from rpent_contract.qos import STATE_QOS, TASK_STATUS_QOS
 from rpent_interfaces.action import ExecuteChunk
 from rpent_interfaces.msg import RobotState, TaskStatus
 
@@ -257,7 +259,23 @@ def test_streamed_chunks_keep_the_arm_moving_across_boundaries(franka, space):
 
 
 def _task(client):
-    return next_message(client.node, TaskStatus, "task_status", LATCHED_QOS, 10)
+    """The robot's newest task_status. A late subscriber is sent the topic's latched history
+    and may be handed an older sample before the newest: keep the newest of those that came
+    before two fresh robot states."""
+    seen, got = [], threading.Event()
+
+    def on_task(msg):
+        seen.append(msg)
+        got.set()
+
+    sub = client.node.create_subscription(TaskStatus, "task_status", on_task, TASK_STATUS_QOS)
+    try:
+        assert got.wait(10), "no task_status within 10 s"
+        _state(client)
+        _state(client)
+        return max(list(seen), key=lambda m: stamp_to_ns(m.header.stamp))
+    finally:
+        client.node.destroy_subscription(sub)
 
 
 def _reset_goal(client, feedback):
