@@ -4,7 +4,8 @@
 
 1. ``predict`` round trip through the ROS action (goal carrying two 256x256 RGB images and
    an 8-value state, a 50x7 chunk back) vs calling the same trivial backend in-process,
-   and the same payload over RPent-style HTTP + JSON with base64 PNG images.
+   and the same payload to the original RPent's VLA server (``predict``, base64 PNG
+   images) on both of its RPC transports.
 2. Stream mode: the LIBERO node paced at its 20 Hz control rate executes chunks streamed
    by the scripted expert through the ChunkExecutor; reports the interval between
    consecutive executed steps inside chunks and across chunk boundaries.
@@ -83,7 +84,9 @@ def model_in_process(target, args=(), node_name: str = "bench_client"):
 
 
 def transport(rounds: int) -> None:
-    from rpent_am.backends.rpent_http import RpentHttpBackend, RpentHttpServer
+    from rpent_am.backends.rpent_http import RpentHttpBackend
+    from rpent_am.model_io import ModelIO
+    from rpent_testkit.vla_servers import Pi05Server
     from rpent_am.observation import to_msg
     from rpent_interfaces.action import Predict
 
@@ -107,22 +110,28 @@ def transport(rounds: int) -> None:
                 ros.append(time.perf_counter() - t0)
             assert result.last_chunk.horizon == 50, result.message
 
-    with RpentHttpServer(Trivial()) as http_server:
-        client = RpentHttpBackend(http_server.endpoint)
-        http = []
-        for _ in range(rounds):
-            t0 = time.perf_counter()
-            client.predict(obs, "pick", "bench")
-            http.append(time.perf_counter() - t0)
-        client.close()
+    io = ModelIO.simple("bench", {"agentview": "main", "robot0_eye_in_hand": "wrist"}, STATE,
+                        state_key="state", prompt_key="instruction")
+    rpc = {}
+    for wire in ("http", "socket"):
+        with Pi05Server(Trivial(), transport=wire) as server:
+            client = RpentHttpBackend(server.endpoint, action_space=LIBERO_OSC_DELTA, io=io)
+            rpc[wire] = []
+            for _ in range(rounds):
+                t0 = time.perf_counter()
+                client.predict(obs, "pick", "bench")
+                rpc[wire].append(time.perf_counter() - t0)
+            client.close()
 
     overhead = np.median(ros) - np.median(local)
     print(f"predict, 2 x 256x256 RGB + 8 state in, 50x7 out, {rounds} rounds")
     print(f"  in-process backend      {stats(local)}")
     print(f"  ROS 2 action round trip {stats(ros)}   overhead p50 {overhead * 1e3:.3f} ms "
           "(goal <= 1 ms)")
-    print(f"  HTTP JSON + base64 PNG  {stats(http)}   ratio HTTP / ROS p50 "
-          f"{np.median(http) / np.median(ros):.1f}x")
+    for wire, label in (("http", "RPent RPC, HTTP (PNG)  "),
+                        ("socket", "RPent RPC, socket (PNG)")):
+        print(f"  {label} {stats(rpc[wire])}   ratio to ROS p50 "
+              f"{np.median(rpc[wire]) / np.median(ros):.1f}x")
 
 
 def streaming(steps: int) -> None:

@@ -12,7 +12,6 @@ import numpy as np
 import pytest
 from action_msgs.msg import GoalStatus
 
-from rpent_am.backends.rpent_http import RpentHttpServer
 from rpent_am.chunk_executor import ChunkExecutor, stale_prefix
 from rpent_am.client import ActionModelClient, ChunkRejected, IncompatibleModel
 from rpent_am.policy import ModelMeta, PolicyBackend
@@ -26,6 +25,7 @@ from rpent_env_sim.libero_node import LIBERO_OSC_DELTA
 from rpent_interfaces.action import Predict
 from rpent_interfaces.msg import ControlSpace, RobotState
 from rpent_interfaces.srv import GetRobotInfo
+from rpent_testkit.vla_servers import Pi05Server, facade, facade_params
 
 # Streams on a free-running simulator: a robot that renders nothing steps faster than a
 # loaded machine delivers chunks, and a remainder cut at the executor (not at the robot's
@@ -266,19 +266,17 @@ class SlowBackend(PolicyBackend):
 
 
 @pytest.mark.slow
-def test_backend_timeout_fails_the_goal_over_the_rpent_http_protocol(stack, node_factory):
+def test_backend_timeout_fails_the_goal_over_the_rpc_of_a_vla_server(stack, node_factory):
     robot, _model, info, _meta = stack
-    with RpentHttpServer(SlowBackend()) as server:
-        proc = node_factory("rpent_am", "am_node",
-                            {"backend": "rpent_http", "endpoint": server.endpoint,
-                             "timeout": 10.0, "cameras": ["agentview=agentview"]},
+    with facade(SlowBackend()) as server:
+        proc = node_factory("rpent_am", "am_node", {**facade_params(server), "timeout": 10.0},
                             name="slow_model", remaps={"__node": "slow_model"})
         slow = ActionModelClient(robot.node, model="/slow_model")
         try:
             meta = slow.connect(info, timeout=60)
         except Exception:
             pytest.fail(proc.log_tail())
-        assert meta.backend in ("slow", "rpent_http")
+        assert meta.backend == "rpent_vla"
         # A first, patient goal subscribes the node to the robot's topics; the 1 s budget
         # below covers the observation wait too, which must not be what runs out.
         warm = Predict.Goal(instruction=SOUP, mode=Predict.Goal.MODE_SINGLE, timeout=20.0)
@@ -309,10 +307,8 @@ def test_a_chunk_past_the_bounds_is_clipped_or_refused_as_configured(stack, node
                                                                       clip):
     robot, _model, info, _meta = stack
     name = f"overshoot_{str(clip).lower()}"
-    with RpentHttpServer(OvershootBackend()) as server:
-        proc = node_factory("rpent_am", "am_node",
-                            {"backend": "rpent_http", "endpoint": server.endpoint,
-                             "cameras": ["agentview=agentview"], "clip_actions": clip},
+    with facade(OvershootBackend()) as server:
+        proc = node_factory("rpent_am", "am_node", {**facade_params(server), "clip_actions": clip},
                             name=name, remaps={"__node": name})
         model = ActionModelClient(robot.node, model=f"/{name}")
         try:
@@ -363,12 +359,22 @@ def test_lerobot_act_checkpoint_served_over_ros(stack, node_factory, tmp_path):
     proc.stop()
 
 
+class Echo(PolicyBackend):
+    """Eight rows of a tenth of the state's first seven values: what reached the model."""
+
+    meta = ModelMeta("echo", "test", "echo-v1", LIBERO_OSC_DELTA, 8)
+
+    def predict(self, observation, instruction, session):
+        return np.tile(observation.state[:7] * 0.1, (8, 1))
+
+
 @pytest.mark.slow
-def test_an_openpi_pi05_libero_server_gets_openpis_libero_inputs(stack, node_factory):
+def test_pi05_servers_get_their_libero_inputs(stack, node_factory):
     """The openpi backend (model_io pi05_libero) with a LIBERO robot rendering at 256 px,
     as openpi's LIBERO example renders: the server, which refuses what a pi05_libero server
     refuses, gets the example's inputs, the state in LIBERO's world frame as the robot puts
-    its base there on /tf_static."""
+    its base there on /tf_static. The original RPent's pi0.5 server (rpent_http, model_io
+    rpent_pi05_libero) gets the same state and its 256 px main and wrist images."""
     from tf2_msgs.msg import TFMessage
 
     from rpent_am.backends.openpi_backend import OpenPIServer
@@ -402,6 +408,18 @@ def test_an_openpi_pi05_libero_server_gets_openpis_libero_inputs(stack, node_fac
         sent = server.received[-1]
         wait_until(lambda: states and "pi/base_link" in statics, 10,
                    what="robot_state and the world frame")
+        # The original RPent's pi0.5 server, on its socket transport, fed the same LIBERO.
+        with Pi05Server(Echo(), transport="socket") as rpent:
+            proc = node_factory("rpent_am", "am_node",
+                                {"backend": "rpent_http", "endpoint": rpent.endpoint},
+                                name="rpent_model", remaps={"__node": "rpent_model"})
+            rp = ActionModelClient(robot.node, model="/rpent_model")
+            try:
+                meta = rp.connect(info, timeout=120)
+            except Exception:
+                pytest.fail(proc.log_tail())
+            rp_chunk = rp.predict(SOUP, client_id="rp", timeout=30, robot_namespace="pi")
+            rp_sent = rpent.requests[-1]
     finally:
         server.close()
         pi_robot.close()
@@ -419,3 +437,8 @@ def test_an_openpi_pi05_libero_server_gets_openpis_libero_inputs(stack, node_fac
         (224, 224, 3)
     assert sent["prompt"] == SOUP
     np.testing.assert_allclose(chunk, np.tile(state[:7] * 0.1, (5, 1)), rtol=1e-6)
+    instruction, images, rp_state, mode = rp_sent
+    assert (instruction, mode, meta.backend) == (SOUP, "eval", "rpent_http")
+    assert images["main"].shape == images["wrist"].shape == (256, 256, 3)
+    np.testing.assert_allclose(rp_state, state, rtol=1e-6, atol=1e-6)  # float32 on its wire
+    np.testing.assert_allclose(rp_chunk, np.tile(rp_state[:7] * 0.1, (8, 1)), rtol=1e-6)

@@ -1,8 +1,8 @@
 """The action-model node serving many clients and surviving them, over a real ROS graph.
 
-The LIBERO node is the robot. A counting backend, served to the node over the rpent_http
-transport from this process, shows which policy sessions the node keeps; a fake robot
-published from here gives observations with chosen stamps.
+The LIBERO node is the robot. A counting backend, served to the node from this process as
+a session-aware VLA facade (the rpent_vla backend's server), shows which policy sessions
+the node keeps; a fake robot published from here gives observations with chosen stamps.
 """
 from __future__ import annotations
 
@@ -17,7 +17,6 @@ import pytest
 from action_msgs.msg import GoalStatus
 from sensor_msgs.msg import Image
 
-from rpent_am.backends.rpent_http import RpentHttpServer
 from rpent_am.chunk_executor import ChunkExecutor
 from rpent_am.client import ActionModelClient
 from rpent_am.policy import (
@@ -35,6 +34,7 @@ from rpent_contract.qos import IMAGE_QOS, STATE_QOS
 from rpent_env_sim.libero_node import LIBERO_OSC_DELTA
 from rpent_interfaces.action import Predict
 from rpent_interfaces.msg import RobotState
+from rpent_testkit.vla_servers import VlaFacadeServer, facade, facade_params
 
 SOUP = "pick the alphabet soup and place it in the basket"
 HANG = "hang"
@@ -67,14 +67,19 @@ class CountingBackend(PolicyBackend):
             return set(self.sessions)
 
 
-class HangingServer(RpentHttpServer):
+def hanging(backend: PolicyBackend) -> VlaFacadeServer:
     """A server with a worker per request whose requests for HANG take 4 s: the node must
     give up on them at the goal's timeout without holding up the requests after them."""
+    server = facade(backend, serialize=False)
+    answer = server.predict
 
-    def handle(self, body):
-        if body.get("params", {}).get("instruction") == HANG:
+    def predict(obs, options):
+        if obs.get(server.prompt_key) == [HANG]:
             time.sleep(4.0)
-        return super().handle(body)
+        return answer(obs, options)
+
+    server.methods["vla.predict"] = predict
+    return server
 
 
 def vm_rss_kib(pid: int) -> int:
@@ -103,10 +108,9 @@ def svc(robot, node_factory):
     """The node serving the counting backend; yields (model client, backend, process)."""
     client, info = robot
     backend = CountingBackend()
-    with HangingServer(backend) as server:
+    with hanging(backend) as server:
         proc = node_factory("rpent_am", "am_node",
-                            {"backend": "rpent_http", "endpoint": server.endpoint,
-                             "timeout": 10.0, "cameras": ["agentview=agentview"],
+                            {**facade_params(server), "timeout": 10.0,
                              "max_goals": 24, "max_sessions": 32, "session_ttl": 3.0},
                             name="svc_model", remaps={"__node": "svc_model"})
         model = ActionModelClient(client.node, model="/svc_model")
@@ -306,7 +310,8 @@ def test_twenty_concurrent_streams_all_get_chunks(svc):
     results = [run.result(120) for run in runs]
     failed = [r.message for status, r in results if status != GoalStatus.STATUS_SUCCEEDED]
     assert failed == [], failed
-    assert all([c.sequence for c in chunks[i]] == [0, 1, 2] for i in chunks)
+    assert all([c.sequence for c in chunks[i]] == [0, 1, 2] for i in chunks), \
+        {i: [c.sequence for c in chunks[i]] for i in chunks}
 
 
 # --- a model that dies mid-run ----------------------------------------------------------------

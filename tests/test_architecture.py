@@ -40,7 +40,7 @@ PLAIN_CORES = (
     "rpent_hw.so101_kinematics",
     "rpent_twins.scene", "rpent_twins.rendering", "rpent_twins.twin_port",
     "rpent_twins.twin_host", "rpent_twins.so101_twin", "rpent_twins.franky_sim",
-    "rpent_twins.feetech_emulator", "rpent_contract.sam3_wire",
+    "rpent_twins.feetech_emulator", "rpent_contract.sam3_wire", "rpent_contract.rpc",
     "rpent_am.policy", "rpent_am.model_io", "rpent_am.observation",
     "rpent_am.backends.scripted", "rpent_am.backends.rpent_http",
     "rpent_perception.geometry", "rpent_perception.backends",

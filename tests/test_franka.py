@@ -340,11 +340,11 @@ def test_a_predict_for_a_franka_that_went_silent_is_refused_with_the_reason(fran
                                                                             node_factory):
     """Kill franky-sim: robot_state keeps the stamp of the last measurement, and the model
     node refuses to predict from it, saying why."""
-    from rpent_am.backends.rpent_http import RpentHttpServer
     from rpent_am.client import ActionModelClient
     from rpent_am.policy import ModelMeta, PolicyBackend
     from rpent_hw.franka_node import make_control_spaces
     from rpent_interfaces.action import Predict
+    from rpent_testkit.vla_servers import facade, facade_params
 
     class Still(PolicyBackend):
         meta = ModelMeta("still", "test", "still-v1",
@@ -355,10 +355,9 @@ def test_a_predict_for_a_franka_that_went_silent_is_refused_with_the_reason(fran
             return np.zeros((4, 7))
 
     client, sim, _node = franka
-    with RpentHttpServer(Still()) as server:
+    with facade(Still(), cameras=()) as server:
         proc = node_factory("rpent_am", "am_node",
-                            {"backend": "rpent_http", "endpoint": server.endpoint,
-                             "action_space": "ee_delta", "cameras": [""]},
+                            {**facade_params(server, cameras=()), "action_space": "ee_delta"},
                             name="franka_model", remaps={"__node": "franka_model"})
         model = ActionModelClient(client.node, model="/franka_model")
         try:

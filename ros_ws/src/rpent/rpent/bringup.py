@@ -154,8 +154,9 @@ ARM_ARGS = (
     Argument("driver_only", "false", "true: only the robot (and dashboard / recorder), no "
                                      "agent or model; runs until stopped"),
 )
-MODEL_IO_ARG = Argument("am_model_io", "", "what the model is fed (lerobot, openpi): "
-                                          "pi05_libero, lerobot_libero or a YAML file; "
+MODEL_IO_ARG = Argument("am_model_io", "", "what the model is fed (lerobot, openpi, "
+                                          "rpent_*): pi05_libero, lerobot_libero, "
+                                          "rpent_pi05_libero or a YAML file; "
                                           "empty: the backend's default")
 
 
@@ -163,15 +164,18 @@ def model_args(backend: str) -> tuple:
     return (
         Argument("action_model", "", "model node to use (/gpu/action_model); "
                                      "empty: start one"),
-        Argument("am_backend", backend, "scripted | lerobot | openpi | rpent_http | none"),
+        Argument("am_backend", backend,
+                 "scripted | lerobot | openpi | rpent_http | rpent_vla | none"),
         Argument("am_checkpoint", "", "LeRobot checkpoint folder (am_backend:=lerobot)"),
-        Argument("am_endpoint", "", "policy server: host:port (openpi), http://... (rpent_http)"),
+        Argument("am_endpoint", "", "policy server: host:port (openpi), http:// or "
+                                    "socket://HOST:PORT (rpent_*)"),
         MODEL_IO_ARG,
     )
 def perception_args(default: str, choices: str) -> tuple:
     return (
         Argument("perception", default, f"segment/locate tools for the agent: {choices}"),
-        Argument("sam3_endpoint", "", "SAM3 server, http://HOST:PORT (perception:=sam3_http)"),
+        Argument("sam3_endpoint", "", "SAM3 server, http:// or socket://HOST:PORT "
+                                      "(perception:=sam3_http)"),
     )
 
 
@@ -572,9 +576,9 @@ BRINGUPS = {b.name: b for b in (
         *AGENT_ARGS, *model_args("none"), *perception_args("auto", ARM_PERCEPTION),
         *VIEW_ARGS), _so101),
     Bringup("action_model", "only the action-model node (for a GPU host)", (
-        Argument("am_backend", "lerobot", "scripted | lerobot | openpi | rpent_http"),
+        Argument("am_backend", "lerobot", "scripted | lerobot | openpi | rpent_http | rpent_vla"),
         Argument("am_checkpoint", "", "LeRobot checkpoint folder"),
-        Argument("am_endpoint", "", "policy server for openpi / rpent_http"),
+        Argument("am_endpoint", "", "policy server for openpi / rpent_http / rpent_vla"),
         MODEL_IO_ARG,
         Argument("robot_namespace", "", "robot whose topics give the latest observation"),
         Argument("namespace", "", "namespace of the model node"),

@@ -14,11 +14,13 @@ sources of the stacks that trained them:
 * ``lerobot_libero``: LeRobot's LIBERO checkpoints (pi0.5, SmolVLA), fed as
   ``lerobot-eval`` feeds them: ``LeRobotEnv``'s LIBERO observation through
   ``LiberoProcessorStep``; each checkpoint's own processor does the rest (normalisation,
-  resize to the model's size, tokenisation) inside the backend.
+  resize to the model's size, tokenisation) inside the backend;
+* ``rpent_pi05_libero``: the original RPent's pi0.5 VLA server (the ``rpent_http``
+  backend), fed as its LIBERO environment feeds it.
 
-Both take LIBERO's images turned 180 degrees from the simulator's raw (bottom-up) render,
+All three take LIBERO's images turned 180 degrees from the simulator's raw (bottom-up) render,
 which the LIBERO datasets were recorded with; contract images are upright (the raw render
-flipped top to bottom), so that is a left-right mirror of them. Both take the state
+flipped top to bottom), so that is a left-right mirror of them. All take the state
 ``robot0_eef_pos`` (the grip site in the world frame), ``robot0_eef_quat`` (the hand body,
 ``robot0_right_hand``, in the world frame, as MuJoCo signs it) as axis-angle, and
 ``robot0_gripper_qpos`` (robosuite's finger joints: the second negative when open).
@@ -264,4 +266,13 @@ SHIPPED: dict = {io.name: io for io in (
         camera_size=(256, 256),
         description="LeRobot LIBERO checkpoints, pi0.5 and SmolVLA (LiberoEnv at 256 px "
                     "+ LiberoProcessorStep; the checkpoint's processor does the rest)"),
+    ModelIO(
+        "rpent_pi05_libero",
+        images=(ImageInput("agentview", "main", mirror=True),
+                ImageInput("robot0_eye_in_hand", "wrist", mirror=True)),
+        state=_LIBERO_STATE, state_key="state", prompt_key="instruction",
+        camera_size=(256, 256),
+        description="the original RPent's pi0.5 VLA server (its LIBERO environment's 256 px "
+                    "renders turned 180 degrees as main and wrist; eef pos + axis-angle + "
+                    "gripper qpos; the server resizes)"),
 )}

@@ -2,7 +2,7 @@
 
     ros2 run rpent_perception perception_node --ros-args -p backend:=sim
     ros2 run rpent_perception perception_node --ros-args -p backend:=sam3_http \
-        -p sam3_endpoint:=http://gpu-host:8000
+        -p sam3_endpoint:=http://gpu-host:8114
 
 Runs in the robot's namespace. It keeps each camera's newest colour image, aligned depth
 image and camera_info, and the robot's tf, and answers:
@@ -14,7 +14,8 @@ image and camera_info, and the robot's tf, and answers:
   sees it whole and best wins).
 
 Backends: ``sim`` (the simulator's own segmentation through ``sim/segment``: ground
-truth, for LIBERO) and ``sam3_http`` (a SAM3 server); ``main(backend=...)`` serves any
+truth, for LIBERO) and ``sam3_http`` (the original RPent's SAM3 server, on either of
+its transports); ``main(backend=...)`` serves any
 other :class:`~rpent_perception.backends.SegmentationBackend`.
 """
 from __future__ import annotations
@@ -77,7 +78,8 @@ class PerceptionNode(Node):
                             "server) at start-up",
                             params.positive)
         if backend is None and backend_name == "sam3_http":
-            endpoint = d("sam3_endpoint", "", "SAM3 server, http://HOST:PORT")
+            endpoint = d("sam3_endpoint", "", "SAM3 server, http://HOST:PORT or "
+                         "socket://HOST:PORT (its --transport)")
             if not endpoint:
                 raise params.ParameterError("backend sam3_http needs sam3_endpoint "
                                             "(http://HOST:PORT of the SAM3 server)")
@@ -130,7 +132,7 @@ class PerceptionNode(Node):
         while True:
             try:
                 return Sam3HttpBackend(self.get_parameter("sam3_endpoint").value,
-                                       timeout=self.timeout)
+                                       timeout=self.timeout, min_score=self.min_score)
             except SegmentationError:
                 if time.monotonic() >= deadline:
                     raise

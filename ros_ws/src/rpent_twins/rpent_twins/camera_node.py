@@ -15,9 +15,10 @@ in frame ``<frame_prefix><name>_optical_frame``, which the robot node places on 
 ``camera_extrinsics``. The bring-up remaps them onto the robot's ``camera/<name>/...`` and
 names the cameras in ``external_cameras``, as a user does with a RealSense.
 
-With ``sam3_port`` set it also serves SAM3's HTTP protocol (``rpent_perception``'s
-``sam3_http`` backend is its client) and answers from ground truth: the items' pixels in
-the published frame the request carries. An image it did not publish is refused.
+With ``sam3_port`` set it also serves the original SAM3 server's ``segment`` over HTTP
+(``rpent_perception``'s ``sam3_http`` backend is its client) and answers from ground
+truth: the pixels of the item the prompt names in the published frame the request
+carries. An image it did not publish is refused.
 """
 from __future__ import annotations
 
@@ -39,7 +40,7 @@ from rpent_contract.images import numpy_to_image
 from rpent_contract.names import optical_frame
 from rpent_contract.node_main import run_node
 from rpent_contract.robot_node import default_frame_prefix
-from rpent_contract.sam3_wire import Sam3HttpServer
+from rpent_contract.sam3_wire import Sam3Server
 from rpent_contract.state_publisher import camera_info
 
 from .rendering import FrameMemory, SceneRenderer, depth_to_millimetres, matching_items
@@ -101,7 +102,7 @@ class TwinCameraNode(Node):
                                       10))
         self.sam3 = None
         if sam3_port:
-            self.sam3 = Sam3HttpServer(self._segment, port=sam3_port).start()
+            self.sam3 = Sam3Server(self._segment, port=sam3_port).start()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="twin-cameras", daemon=True)
         self._thread.start()

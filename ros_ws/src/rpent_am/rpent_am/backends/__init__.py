@@ -16,7 +16,7 @@ from rpent_contract.pick_place import arm_joint_count, height_scale
 from ..model_io import SHIPPED, ModelIO, load
 from ..policy import PolicyBackend
 
-BACKENDS = ("scripted", "lerobot", "openpi", "rpent_http")
+BACKENDS = ("scripted", "lerobot", "openpi", "rpent_http", "rpent_vla")
 
 
 def _mapping(entries) -> dict:
@@ -109,14 +109,34 @@ def make_backend(name: str, declare: Callable, space: ControlSpaceSpec, info,
         return OpenPIBackend(host, int(port), action_space=space, chunk_size=chunk,
                              io=_model_io(d, "pi05_libero"),
                              timeout=timeout, control_rate=control_rate)
-    if name == "rpent_http":
-        from .rpent_http import RpentHttpBackend
+    if name in ("rpent_http", "rpent_vla"):
+        from rpent_contract.rpc import parse_endpoint
 
-        return RpentHttpBackend(
-            d("endpoint", "http://127.0.0.1:8220", "URL of the RPent VLA server",
-              lambda v: None if v.startswith(("http://", "https://")) else "write http://..."),
-            action_space=space, chunk_size=chunk,
-            cameras=_mapping(d("cameras", ["agentview=agentview"],
-                               "contract_camera=server_image_key pairs")),
-            control_rate=control_rate, timeout=timeout)
+        from .rpent_http import RpentHttpBackend, RpentVlaBackend
+
+        def endpoint_problem(value: str):
+            try:
+                parse_endpoint(value)
+            except ValueError as err:
+                return f"{err}: set it to the server's address"
+            return None
+
+        common = dict(
+            endpoint=d("endpoint", "", "the server: http://HOST:PORT or socket://HOST:PORT "
+                       "(its --transport)", endpoint_problem),
+            action_space=space, chunk_size=chunk, control_rate=control_rate, timeout=timeout)
+        if name == "rpent_http":
+            return RpentHttpBackend(io=_model_io(d, "rpent_pi05_libero"), **common)
+        io = _model_io(d, "", lambda: ModelIO.simple(
+            "rpent_vla", _mapping(d("cameras", ["agentview=video.agentview"],
+                                    "contract_camera=observation_key pairs (without model_io)")),
+            d("state_names", ["ee_x", "ee_y", "ee_z", "gripper_width"],
+              "robot_state entries forming the state, in order (without model_io)"),
+            state_key=d("state_key", "state.robot", "observation key of the state (without "
+                        "model_io)"),
+            prompt_key=d("prompt_key", "annotation.human.task_description", "observation key "
+                         "of the instruction (without model_io)")))
+        keys = [k for k in d("action_keys", [""], "the answer's action arrays in column order; "
+                             "empty = the order the server answers them in") if k]
+        return RpentVlaBackend(io=io, action_keys=keys, **common)
     raise params.ParameterError(f"unknown backend '{name}'; choose one of {', '.join(BACKENDS)}")
