@@ -83,12 +83,30 @@ def model_in_process(target, args=(), node_name: str = "bench_client"):
         server.join(10)
 
 
+def ros_round_trips(target, args, obs: PolicyObservation, rounds: int) -> list:
+    """Seconds of each ``predict`` goal carrying ``obs`` to a model node served by
+    ``target(*args)`` in a process of its own, until its 50-step chunk is back."""
+    from rpent_am.observation import to_msg
+    from rpent_interfaces.action import Predict
+
+    with model_in_process(target, args) as (model, _server):
+        model.meta(timeout=60)
+        goal = Predict.Goal(instruction="pick", mode=Predict.Goal.MODE_SINGLE)
+        to_msg(obs, goal.observation)
+        ros = []
+        for i in range(rounds + 10):
+            t0 = time.perf_counter()
+            _status, result = model.send(goal).result(60)
+            if i >= 10:  # the first rounds pay for discovery and allocations
+                ros.append(time.perf_counter() - t0)
+            assert result.last_chunk.horizon == 50, result.message
+    return ros
+
+
 def transport(rounds: int) -> None:
     from rpent_am.backends.rpent_http import RpentHttpBackend
     from rpent_am.model_io import ModelIO
     from rpent_testkit.vla_servers import Pi05Server
-    from rpent_am.observation import to_msg
-    from rpent_interfaces.action import Predict
 
     obs = observation()
     backend = Trivial()
@@ -98,17 +116,7 @@ def transport(rounds: int) -> None:
         backend.predict(obs, "pick", "bench")
         local.append(time.perf_counter() - t0)
 
-    with model_in_process(_serve_trivial) as (model, _server):
-        model.meta(timeout=60)
-        goal = Predict.Goal(instruction="pick", mode=Predict.Goal.MODE_SINGLE)
-        to_msg(obs, goal.observation)
-        ros = []
-        for i in range(rounds + 10):
-            t0 = time.perf_counter()
-            status, result = model.send(goal).result(30)
-            if i >= 10:  # the first rounds pay for discovery and allocations
-                ros.append(time.perf_counter() - t0)
-            assert result.last_chunk.horizon == 50, result.message
+    ros = ros_round_trips(_serve_trivial, (), obs, rounds)
 
     io = ModelIO.simple("bench", {"agentview": "main", "robot0_eye_in_hand": "wrist"}, STATE,
                         state_key="state", prompt_key="instruction")

@@ -1,10 +1,10 @@
 """Bring-up: only the action-model node (for a GPU host).
 
 Launch arguments (name, default, what):
-  am_backend         lerobot          scripted | lerobot | openpi | rpent_http | rpent_vla
+  am_backend         lerobot          scripted | lerobot | openpi | rpent_http | rpent_vla | rpent_wam
   am_checkpoint      ''               LeRobot checkpoint folder
-  am_endpoint        ''               policy server for openpi / rpent_http / rpent_vla
-  am_model_io        ''               what the model is fed (lerobot, openpi, rpent_*): pi05_libero, lerobot_libero, rpent_pi05_libero or a YAML file; empty: the backend's default
+  am_endpoint        ''               policy server for openpi / rpent_*
+  am_model_io        ''               what the model is fed (lerobot, openpi, rpent_*): pi05_libero, lerobot_libero, rpent_pi05_libero, wam_libero or a YAML file; empty: the backend's default
   robot_namespace    ''               robot whose topics give the latest observation
   namespace          ''               namespace of the model node
 

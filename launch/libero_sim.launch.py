@@ -21,10 +21,10 @@ Launch arguments (name, default, what):
   plan_file          ''               scripted planner: YAML/JSON list of tool calls to run instead of its pick-and-place heuristic
   policy_chunks      80               scripted planner: chunks the action model may execute before its heuristic takes over
   action_model       ''               model node to use (/gpu/action_model); empty: start one
-  am_backend         scripted         scripted | lerobot | openpi | rpent_http | rpent_vla | none
+  am_backend         scripted         scripted | lerobot | openpi | rpent_http | rpent_vla | rpent_wam | none
   am_checkpoint      ''               LeRobot checkpoint folder (am_backend:=lerobot)
   am_endpoint        ''               policy server: host:port (openpi), http:// or socket://HOST:PORT (rpent_*)
-  am_model_io        ''               what the model is fed (lerobot, openpi, rpent_*): pi05_libero, lerobot_libero, rpent_pi05_libero or a YAML file; empty: the backend's default
+  am_model_io        ''               what the model is fed (lerobot, openpi, rpent_*): pi05_libero, lerobot_libero, rpent_pi05_libero, wam_libero or a YAML file; empty: the backend's default
   perception         auto             segment/locate tools for the agent: auto (sim when privileged:=false, else none) | sim | sam3_http | none
   sam3_endpoint      ''               SAM3 server, http:// or socket://HOST:PORT (perception:=sam3_http)
   dashboard          false            start the Foxglove bridge (ws://127.0.0.1:dashboard_port)

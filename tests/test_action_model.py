@@ -368,8 +368,24 @@ class Echo(PolicyBackend):
         return np.tile(observation.state[:7] * 0.1, (8, 1))
 
 
+@pytest.fixture(scope="module")
+def libero256(stack, node_factory):
+    """A second LIBERO robot, in namespace ``pi``, rendering at 256 px as the LIBERO
+    datasets were recorded: (its client, its info)."""
+    proc = node_factory("rpent_env_sim", "libero_node", {"suite": "libero_object", "task_id": 0,
+                                                         "image_height": 256,
+                                                         "image_width": 256},
+                        namespace="pi", name="pi_robot")
+    client = RobotClient(namespace="pi")
+    try:
+        yield client, client.wait_ready(180)
+    finally:
+        client.close()
+    assert proc.alive(), proc.log_tail()
+
+
 @pytest.mark.slow
-def test_pi05_servers_get_their_libero_inputs(stack, node_factory):
+def test_pi05_servers_get_their_libero_inputs(stack, libero256, node_factory):
     """The openpi backend (model_io pi05_libero) with a LIBERO robot rendering at 256 px,
     as openpi's LIBERO example renders: the server, which refuses what a pi05_libero server
     refuses, gets the example's inputs, the state in LIBERO's world frame as the robot puts
@@ -383,13 +399,9 @@ def test_pi05_servers_get_their_libero_inputs(stack, node_factory):
     from rpent_interfaces.msg import RobotState
 
     robot, _model, _info, _meta = stack
-    node_factory("rpent_env_sim", "libero_node", {"suite": "libero_object", "task_id": 0,
-                                                  "image_height": 256, "image_width": 256},
-                 namespace="pi", name="pi_robot")
-    pi_robot = RobotClient(namespace="pi")
+    pi_robot, info = libero256
     server = OpenPIServer()
     try:
-        info = pi_robot.wait_ready(180)
         states, statics = [], {}
         pi_robot.node.create_subscription(RobotState, "robot_state", states.append, STATE_QOS)
         pi_robot.node.create_subscription(
@@ -422,7 +434,6 @@ def test_pi05_servers_get_their_libero_inputs(stack, node_factory):
             rp_sent = rpent.requests[-1]
     finally:
         server.close()
-        pi_robot.close()
     world = statics["pi/base_link"]
     assert world.header.frame_id == "pi/world"
     t, r = world.transform.translation, world.transform.rotation
@@ -442,3 +453,61 @@ def test_pi05_servers_get_their_libero_inputs(stack, node_factory):
     assert images["main"].shape == images["wrist"].shape == (256, 256, 3)
     np.testing.assert_allclose(rp_state, state, rtol=1e-6, atol=1e-6)  # float32 on its wire
     np.testing.assert_allclose(rp_chunk, np.tile(rp_state[:7] * 0.1, (8, 1)), rtol=1e-6)
+
+
+@pytest.mark.slow
+def test_a_world_action_models_foresight_reaches_the_viewer_and_the_agent(libero256,
+                                                                           node_factory,
+                                                                           tmp_path):
+    """Cosmos Policy's worker, foreseeing, behind rpent_wam (its socket transport): fed its
+    9-D state from the live LIBERO, its chunk run by the agent's run_policy, the views and
+    value it foresaw published by the model node and returned to the agent beside the
+    cameras' real views."""
+    from std_msgs.msg import Float64
+    from sensor_msgs.msg import Image
+
+    from rpent_agent.memory import MemoryDir
+    from rpent_agent.observer import RobotObserver
+    from rpent_agent.toolkit import RunState, Timeouts, Toolkit
+    from rpent_contract.images import image_to_numpy
+    from rpent_contract.qos import IMAGE_QOS
+    from rpent_testkit.wam_servers import WamServer, cosmos_policy
+
+    pi_robot, info = libero256
+    pi_robot.reset()
+    caps, model = cosmos_policy(lambda proprio, images, text: np.zeros((16, 7)),
+                                predict_future=True)
+    seen, values = [], []
+    pi_robot.node.create_subscription(Image, "/wam_model/predicted/agentview", seen.append,
+                                      IMAGE_QOS)
+    pi_robot.node.create_subscription(Float64, "/wam_model/predicted_value",
+                                      lambda m: values.append(m.data), 10)
+    with WamServer(model, caps, transport="socket") as server:
+        proc = node_factory("rpent_am", "am_node",
+                            {"backend": "rpent_wam", "endpoint": server.endpoint,
+                             "wam_backend": "cosmos_policy", "robot_namespace": "pi"},
+                            name="wam_model", remaps={"__node": "wam_model"})
+        wam = ActionModelClient(pi_robot.node, model="/wam_model")
+        try:
+            meta = wam.connect(info, timeout=120)
+        except Exception:
+            pytest.fail(proc.log_tail())
+        assert (meta.backend, meta.chunk_size, meta.predicts_future, meta.predicts_value) == \
+            ("rpent_wam", 16, True, True)
+        observer = RobotObserver(pi_robot.node, info.camera_names)
+        observer.wait_ready(20)
+        toolkit = Toolkit(pi_robot, info, observer, RunState("hold still", 10, 0),
+                          memory=MemoryDir(tmp_path / "memory"), timeouts=Timeouts(),
+                          listener=lambda **e: None, executor=ChunkExecutor(pi_robot, wam),
+                          model_meta=meta)
+        assert "predicts what the cameras will see" in toolkit.tools["run_policy"].description
+        result = toolkit.call("run_policy", {"instruction": "hold still", "max_chunks": 1})
+        wait_until(lambda: seen and values, 10, what="the foresight on the model's topics")
+    assert result.ok and "value estimate: 0.500" in result.text, result.text
+    names = [name for name, _ in result.images]
+    assert "agentview as the policy predicted it" in names and "agentview" in names, names
+    primaries = [images["primary_image"] for _, images in model.encoded]
+    assert any(np.array_equal(image_to_numpy(seen[-1]), p) for p in primaries)
+    assert values[-1] == pytest.approx(0.5)
+    proprio = model.encoded[0][0]
+    assert proprio.shape == (9,) and np.linalg.norm(proprio[5:]) == pytest.approx(1.0, abs=1e-5)

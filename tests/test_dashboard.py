@@ -50,8 +50,12 @@ def _topic(message_path: str) -> str:
     return message_path.split(".", 1)[0]   # '/joint_states.position[0]' -> '/joint_states'
 
 
+# Published only by a world-action model's node (a scripted model foresees nothing).
+FORESIGHT = {"/action_model/predicted/agentview", "/action_model/predicted/robot0_eye_in_hand"}
+
+
 def layout_topics() -> set:
-    """Every topic a panel of the layout subscribes to."""
+    """Every topic a panel of the layout subscribes to, but a world-action model's."""
     topics = set()
     for panel_id, config in LAYOUT["configById"].items():
         kind = panel_id.split("!", 1)[0]
@@ -65,7 +69,8 @@ def layout_topics() -> set:
             topics.add(config["topicToRender"])
         elif kind == "RawMessages":
             topics.add(_topic(config["topicPath"]))
-    return topics
+    assert FORESIGHT <= topics
+    return topics - FORESIGHT
 
 
 def layout_services() -> set:

@@ -156,7 +156,8 @@ ARM_ARGS = (
 )
 MODEL_IO_ARG = Argument("am_model_io", "", "what the model is fed (lerobot, openpi, "
                                           "rpent_*): pi05_libero, lerobot_libero, "
-                                          "rpent_pi05_libero or a YAML file; "
+                                          "rpent_pi05_libero, wam_libero or a YAML "
+                                          "file; "
                                           "empty: the backend's default")
 
 
@@ -165,7 +166,7 @@ def model_args(backend: str) -> tuple:
         Argument("action_model", "", "model node to use (/gpu/action_model); "
                                      "empty: start one"),
         Argument("am_backend", backend,
-                 "scripted | lerobot | openpi | rpent_http | rpent_vla | none"),
+                 "scripted | lerobot | openpi | rpent_http | rpent_vla | rpent_wam | none"),
         Argument("am_checkpoint", "", "LeRobot checkpoint folder (am_backend:=lerobot)"),
         Argument("am_endpoint", "", "policy server: host:port (openpi), http:// or "
                                     "socket://HOST:PORT (rpent_*)"),
@@ -576,9 +577,10 @@ BRINGUPS = {b.name: b for b in (
         *AGENT_ARGS, *model_args("none"), *perception_args("auto", ARM_PERCEPTION),
         *VIEW_ARGS), _so101),
     Bringup("action_model", "only the action-model node (for a GPU host)", (
-        Argument("am_backend", "lerobot", "scripted | lerobot | openpi | rpent_http | rpent_vla"),
+        Argument("am_backend", "lerobot",
+                 "scripted | lerobot | openpi | rpent_http | rpent_vla | rpent_wam"),
         Argument("am_checkpoint", "", "LeRobot checkpoint folder"),
-        Argument("am_endpoint", "", "policy server for openpi / rpent_http / rpent_vla"),
+        Argument("am_endpoint", "", "policy server for openpi / rpent_*"),
         MODEL_IO_ARG,
         Argument("robot_namespace", "", "robot whose topics give the latest observation"),
         Argument("namespace", "", "namespace of the model node"),

@@ -222,7 +222,10 @@ class Toolkit:
             tools.append(Tool(
                 "run_policy", f"Let the action model ({meta.backend}) act on a short "
                 f"instruction, e.g. 'pick up the red mug'. It runs up to max_chunks chunks of "
-                f"{meta.chunk_size} steps, stopping early when the task succeeds.",
+                f"{meta.chunk_size} steps, stopping early when the task succeeds."
+                + (" The model also predicts what the cameras will see after each chunk: the "
+                   "result shows its prediction for the last chunk beside the real views."
+                   if meta.predicts_future else ""),
                 {"type": "object", "properties": {
                     "instruction": {"type": "string"},
                     "max_chunks": {"type": "integer", "minimum": 1, "maximum": 200}},
@@ -313,7 +316,7 @@ class Toolkit:
                 if stale is not None:
                     result.text = f"WARNING: {stale}.\n{result.text}"
                 if self.images:
-                    result.images = self._camera_pngs()
+                    result.images = self._camera_pngs() + result.images
         duration = time.monotonic() - start
         self.listener(kind="tool_result", tool_name=name, text=result.text, ok=result.ok,
                       duration=duration, images=len(result.images), data=result.data)
@@ -532,8 +535,18 @@ class Toolkit:
                 f"steps from {report.chunks_executed}/{report.chunks_received} chunks; task "
                 f"success: {'yes' if report.task_success else 'no'}")
         ok = report.outcome in ("task_success", "chunks_done", "max_steps")
-        return ToolResult(text, ok=ok, data={"outcome": report.outcome,
-                                             "task_success": report.task_success})
+        # A world-action model's expectation of the last chunk, beside the cameras' real
+        # view after it (attached to every motion tool's result), for the model to compare.
+        images = [(f"{camera} as the policy predicted it", encode_png(rgb))
+                  for camera, rgb in report.foreseen_images.items()] if self.images else []
+        if images:
+            text += ("; the policy's predicted views after its last chunk are attached "
+                     "(compare them with the cameras' real views)")
+        if report.foreseen_value is not None:
+            text += f"; the policy's value estimate: {report.foreseen_value:.3f}"
+        return ToolResult(text, ok=ok, images=images,
+                          data={"outcome": report.outcome, "task_success": report.task_success,
+                                "foreseen_value": report.foreseen_value})
 
     def _request_verdict(self, question) -> ToolResult:
         _status, result = self.robot.request_verdict(

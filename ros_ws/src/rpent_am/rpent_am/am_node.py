@@ -25,6 +25,12 @@ the same time as one batch of at most ``max_batch``, gathered for at most
 ``max_batch_wait_ms`` (not at all once every client it can expect waits in it, so a lone
 client never waits; see policy.Batcher). Each goal keeps its own session and chunk;
 feedback says how many goals each chunk's batch served.
+
+A world-action model foresees along with each chunk (``get_model_meta``'s
+``predicts_future`` / ``predicts_value``): each chunk's feedback (and the result, for the
+last chunk) carries the observation it expects once the chunk has run, per camera, and its
+value estimate, and the node publishes them on ``~/predicted/<camera>`` (stamped with the
+time the chunk ends) and ``~/predicted_value``.
 """
 from __future__ import annotations
 
@@ -44,13 +50,13 @@ from rclpy.node import Node
 from rclpy.publisher import Publisher
 from rclpy.validate_namespace import validate_namespace
 from sensor_msgs.msg import Image
-from std_msgs.msg import Empty
+from std_msgs.msg import Empty, Float64
 from tf2_msgs.msg import TFMessage
 
 from rpent_contract import params
 from rpent_contract.control_space import ControlSpaceSpec, array_to_chunk
 from rpent_contract.geometry import pose_from_msg, stamp_to_ns
-from rpent_contract.images import image_to_numpy, to_rgb
+from rpent_contract.images import image_to_numpy, numpy_to_image, to_rgb
 from rpent_contract.names import (
     CAMERA_TRIGGER_TOPIC,
     GET_ROBOT_INFO_SERVICE,
@@ -61,7 +67,13 @@ from rpent_contract.names import (
 from rpent_contract.node_main import run_node
 from rpent_contract.perception import located_from_response
 from rpent_contract.pick_place import objects_in_instruction, phrases_in_instruction, placing_base
-from rpent_contract.qos import STATE_QOS, TF_STATIC_QOS, TRIGGER_QOS, camera_sub_qos
+from rpent_contract.qos import (
+    IMAGE_QOS,
+    STATE_QOS,
+    TF_STATIC_QOS,
+    TRIGGER_QOS,
+    camera_sub_qos,
+)
 from rpent_contract.serving import action_server, service
 from rpent_contract.tf_tree import TfTree
 from rpent_contract.validation import GoalRejected, check_chunk, check_timeout
@@ -73,6 +85,7 @@ from .backends import BACKENDS, make_backend
 from .observation import (
     ObservationError,
     check_chunk_shape,
+    check_foresight,
     check_observation,
     from_msg,
     state_from_robot_state,
@@ -83,6 +96,7 @@ from .policy import (
     InferenceWorker,
     PolicyBackend,
     PolicyObservation,
+    Prediction,
     Request,
     SessionsFull,
     SessionTable,
@@ -384,6 +398,10 @@ class ActionModelNode(Node):
         self._goals = 0
         self._goals_lock = threading.Lock()
         self._hub = ObservationHub(self)
+        self._predicted: dict[str, Publisher] = {}
+        self._predicted_lock = threading.Lock()
+        self._value_pub = self.create_publisher(Float64, "~/predicted_value", 10) \
+            if meta.predicts_value else None
 
         group = ReentrantCallbackGroup()
         self._server = action_server(
@@ -525,7 +543,8 @@ class ActionModelNode(Node):
 
     def _infer(self, obs: PolicyObservation, instruction: str, session: str,
                timeout: float, cancel: threading.Event) -> Optional[tuple]:
-        """(chunk, inference ms, batch size); None when the goal was canceled meanwhile."""
+        """(Prediction, inference ms, batch size); None when the goal was canceled
+        meanwhile."""
         if self._batcher is not None:
             answer = self._batcher.infer(Request(obs, instruction, session), timeout, cancel)
             if answer is None:
@@ -538,7 +557,8 @@ class ActionModelNode(Node):
                 return actions, (time.perf_counter() - started) * 1e3
 
             (actions, ms), batch = self._model.call(run, timeout), 1
-        actions = check_chunk_shape(actions, self.meta)
+        prediction = check_foresight(Prediction.of(actions), self.meta)
+        actions = check_chunk_shape(prediction.actions, self.meta)
         if self.clip_actions:
             space = self.meta.action_space
             # NaN stays NaN: np.clip keeps it, and the check below refuses it.
@@ -555,7 +575,8 @@ class ActionModelNode(Node):
                         max_horizon=max(len(actions), 1))
         except GoalRejected as err:
             raise BackendError(f"backend chunk is out of its own action space: {err}") from None
-        return actions, ms, batch
+        prediction.actions = actions
+        return prediction, ms, batch
 
     def _predict(self, goal_handle):
         with self._goals_lock:
@@ -583,6 +604,7 @@ class ActionModelNode(Node):
         given = len(goal.observation.images) > 0 or len(goal.observation.state) > 0
         stream = goal.mode == Predict.Goal.MODE_STREAM
         inference, last_obs_ns, chunk_msg, batches = [], -1, None, []
+        foresight, foreseen = None, []
         source, session = None, None
         try:
             if goal.mode not in (Predict.Goal.MODE_SINGLE, Predict.Goal.MODE_STREAM):
@@ -616,13 +638,17 @@ class ActionModelNode(Node):
                 answer = self._infer(obs, goal.instruction, session, timeout, cancel)
                 if answer is None:
                     break
-                actions, ms, batch = answer
+                foresight, ms, batch = answer
                 inference.append(ms)
                 batches.append(batch)
-                chunk_msg = self._chunk_msg(actions, len(inference) - 1, obs.stamp_ns, ms)
+                chunk_msg = self._chunk_msg(foresight.actions, len(inference) - 1, obs.stamp_ns,
+                                            ms)
+                foreseen = self._publish_foresight(foresight, chunk_msg)
                 if not stream:
                     break
-                goal_handle.publish_feedback(Predict.Feedback(chunk=chunk_msg, batch_size=batch))
+                feedback = Predict.Feedback(chunk=chunk_msg, batch_size=batch)
+                self._fill_foresight(feedback, foresight, foreseen)
+                goal_handle.publish_feedback(feedback)
                 if goal.max_chunks and len(inference) >= goal.max_chunks:
                     break
         except (ObservationError, BackendError) as err:
@@ -638,6 +664,7 @@ class ActionModelNode(Node):
             if session is not None:
                 self._sessions.release(session)
         self._fill(result, inference, chunk_msg, batches)
+        self._fill_foresight(result, foresight, foreseen)
         if cancel.is_set() and goal_handle.is_cancel_requested:
             result.message = f"canceled after {len(inference)} chunk(s)"
             goal_handle.canceled()
@@ -655,6 +682,34 @@ class ActionModelNode(Node):
         msg.step_period = 1.0 / self.meta.control_rate
         msg.inference_ms = float(ms)
         return msg
+
+    @staticmethod
+    def _fill_foresight(msg, foresight: Optional[Prediction], foreseen: list) -> None:
+        """Predict feedback or result: the chunk's foreseen images and value."""
+        value = None if foresight is None else foresight.value
+        msg.value = float("nan") if value is None else float(value)
+        msg.predicted_cameras = [camera for camera, _ in foreseen]
+        msg.predicted_images = [image for _, image in foreseen]
+
+    def _publish_foresight(self, foresight: Prediction, chunk_msg) -> list:
+        """Publish what the model foresaw with ``chunk_msg``; its images as (camera, Image),
+        stamped with the time the chunk ends, when the foreseen observation is due."""
+        end = stamp_to_ns(chunk_msg.observation_stamp) + \
+            int(chunk_msg.horizon * chunk_msg.step_period * 1e9)
+        foreseen = []
+        for camera, rgb in foresight.future_images.items():
+            image = numpy_to_image(rgb)
+            image.header.stamp.sec, image.header.stamp.nanosec = divmod(end, 1_000_000_000)
+            with self._predicted_lock:
+                pub = self._predicted.get(camera)
+                if pub is None:
+                    pub = self._predicted[camera] = self.create_publisher(
+                        Image, f"~/predicted/{camera}", IMAGE_QOS)
+            pub.publish(image)
+            foreseen.append((camera, image))
+        if self._value_pub is not None and foresight.value is not None:
+            self._value_pub.publish(Float64(data=float(foresight.value)))
+        return foreseen
 
     @staticmethod
     def _fill(result, inference, chunk_msg, batches):
@@ -686,6 +741,7 @@ class ActionModelNode(Node):
         response.control_rate = float(m.control_rate)
         response.default_timeout = float(m.default_timeout)
         response.max_batch = self._batcher.max_batch if self._batcher else 1
+        response.predicts_future, response.predicts_value = m.predicts_future, m.predicts_value
         return response
 
     def _reset(self, request, response):

@@ -18,16 +18,19 @@ graph, far longer than the chunk the robot holds lasts.
 """
 from __future__ import annotations
 
+import math
 import threading
 import time
 import uuid
 from dataclasses import dataclass, field
+from typing import Optional
 
 import numpy as np
 from action_msgs.msg import GoalStatus
 
 from rpent_contract.control_space import array_to_chunk
 from rpent_contract.geometry import stamp_to_ns
+from rpent_contract.images import image_to_numpy
 from rpent_contract.names import EXECUTE_CHUNK_ACTION
 from rpent_interfaces.action import ExecuteChunk
 
@@ -57,6 +60,10 @@ class ExecutionReport:
     task_success: bool = False
     step_stamps_ns: list = field(default_factory=list)
     boundaries: list = field(default_factory=list)  # index in step_stamps of each chunk's 1st step
+    # What a world-action model foresaw with the last chunk the robot ran: camera -> the
+    # observation it expected after that chunk (HxWx3 uint8 RGB), and its value (or None).
+    foreseen_images: dict = field(default_factory=dict)
+    foreseen_value: Optional[float] = None
 
     def boundary_gaps_s(self) -> np.ndarray:
         t = np.asarray(self.step_stamps_ns, dtype=np.int64)
@@ -116,15 +123,15 @@ class ChunkExecutor:
                  "success": False, "progress_at": time.monotonic(), "refused": 0,
                  "heard_at": time.monotonic(), "probe": None, "model_lost": None}
 
-        def on_chunk(chunk):
+        def on_chunk(feedback):
             with wake:
                 report.chunks_received += 1
                 state["heard_at"] = time.monotonic()
-                newest[:] = [chunk]
+                newest[:] = [feedback]
                 wake.notify_all()
 
         stream = self.model.stream(instruction, on_chunk, client_id=client_id,
-                                   robot_namespace=self.robot_namespace)
+                                   robot_namespace=self.robot_namespace, whole_feedback=True)
         with wake:
             state["heard_at"] = time.monotonic()
         stream.result_future.add_done_callback(lambda f: self._notify_done(wake, state, f))
@@ -226,7 +233,8 @@ class ChunkExecutor:
                     spent = bool(max_chunks) and report.chunks_executed >= max_chunks
                     if newest and not spent and lost is None and \
                             (idle or state["since_switch"] >= self.replan_after):
-                        chunk = newest.pop()
+                        feedback = newest.pop()
+                        chunk = feedback.chunk
                         break
                     if idle and (spent or (state["stream_done"] and not newest)):
                         status, message = state["stream_end"] or (None, "")
@@ -272,6 +280,10 @@ class ChunkExecutor:
             with wake:
                 report.boundaries.append(len(stamps))
                 report.chunks_executed += 1
+                report.foreseen_images = {
+                    camera: image_to_numpy(image) for camera, image in
+                    zip(feedback.predicted_cameras, feedback.predicted_images)}
+                report.foreseen_value = None if math.isnan(feedback.value) else feedback.value
                 state["running"] = _Running(run, wake)
                 state["since_switch"] = 0
 

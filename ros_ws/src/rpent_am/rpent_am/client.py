@@ -128,8 +128,13 @@ class ActionModelClient:
         return self.validate(result.last_chunk)
 
     def stream(self, instruction: str, on_chunk: Callable, max_chunks: int = 0,
-               client_id: str = "", timeout: float = 0.0, robot_namespace: str = "") -> GoalRun:
-        """Start a stream; ``on_chunk(ActionChunk)`` runs for every chunk (unvalidated)."""
+               client_id: str = "", timeout: float = 0.0, robot_namespace: str = "",
+               whole_feedback: bool = False) -> GoalRun:
+        """Start a stream; ``on_chunk(ActionChunk)`` runs for every chunk (unvalidated), or
+        with ``whole_feedback`` ``on_chunk(Predict.Feedback)``: the chunk with what the
+        model foresaw along with it."""
         goal = self._goal(instruction, Predict.Goal.MODE_STREAM, client_id, timeout,
                           max_chunks, robot_namespace=robot_namespace)
+        if whole_feedback:
+            return self.send(goal, feedback=lambda fb: on_chunk(fb.feedback))
         return self.send(goal, feedback=lambda fb: on_chunk(fb.feedback.chunk))

@@ -16,11 +16,16 @@ sources of the stacks that trained them:
   ``LiberoProcessorStep``; each checkpoint's own processor does the rest (normalisation,
   resize to the model's size, tokenisation) inside the backend;
 * ``rpent_pi05_libero``: the original RPent's pi0.5 VLA server (the ``rpent_http``
-  backend), fed as its LIBERO environment feeds it.
+  backend), fed as its LIBERO environment feeds it;
+* ``wam_libero``: the original RPent's world-action-model workers on LIBERO (Cosmos
+  Policy, Fast-WAM; the ``rpent_wam`` backend): its physical observation, from which each
+  worker encodes its model's own inputs (Cosmos: a 9-D state with the xyzw quaternion;
+  Fast-WAM: 8-D with its axis-angle, images turned 180 degrees).
 
-All three take LIBERO's images turned 180 degrees from the simulator's raw (bottom-up) render,
+The first three take LIBERO's images turned 180 degrees from the simulator's raw (bottom-up) render,
 which the LIBERO datasets were recorded with; contract images are upright (the raw render
-flipped top to bottom), so that is a left-right mirror of them. All take the state
+flipped top to bottom), so that is a left-right mirror of them; ``wam_libero`` takes
+them upright, as the workers' physical observation does. All take the state
 ``robot0_eef_pos`` (the grip site in the world frame), ``robot0_eef_quat`` (the hand body,
 ``robot0_right_hand``, in the world frame, as MuJoCo signs it) as axis-angle, and
 ``robot0_gripper_qpos`` (robosuite's finger joints: the second negative when open).
@@ -59,9 +64,14 @@ class StateTerm:
         the quaternion's sign taken so that it points the way ``hemisphere`` does (a
         rotation has two quaternions, and a model trained on one sign sees another as a
         far-away state).
+
+    ``name`` files the term under a named vector, for models that take their state as
+    several (a world-action model's ``eef_position``, ``gripper_qpos``...); terms sharing a
+    name go side by side, in order.
     """
     kind: str
     entry: str = ""
+    name: str = ""
     scale: float = 1.0
     frame: str = "base"
     orientation_offset: tuple = (0.0, 0.0, 0.0, 1.0)
@@ -157,8 +167,7 @@ class ModelIO:
 
     @property
     def state_size(self) -> int:
-        return sum({"value": 1, "position": 3, "axis_angle": 3, "quaternion": 4}[t.kind]
-                   for t in self.state)
+        return sum(self.part_sizes().values())
 
     def entries(self) -> list:
         """The robot_state entries the state vector is built from, in order."""
@@ -168,6 +177,23 @@ class ModelIO:
         if not self.state:
             return np.zeros(0)
         return np.concatenate([term.values(obs) for term in self.state])
+
+    def state_parts(self, obs: PolicyObservation) -> dict:
+        """The state as named vectors: name -> its terms side by side (a term without a name
+        goes under ``state_key``)."""
+        parts: dict = {}
+        for term in self.state:
+            parts.setdefault(term.name or self.state_key, []).append(term.values(obs))
+        return {name: np.concatenate(values) for name, values in parts.items()}
+
+    def part_sizes(self) -> dict:
+        """name -> length of each named state vector."""
+        sizes: dict = {}
+        for term in self.state:
+            key = term.name or self.state_key
+            sizes[key] = sizes.get(key, 0) + \
+                {"value": 1, "position": 3, "axis_angle": 3, "quaternion": 4}[term.kind]
+        return sizes
 
     def inputs(self, obs: PolicyObservation) -> dict:
         """key -> model input: each image (HxWx3 uint8) and the state (float64)."""
@@ -275,4 +301,17 @@ SHIPPED: dict = {io.name: io for io in (
         description="the original RPent's pi0.5 VLA server (its LIBERO environment's 256 px "
                     "renders turned 180 degrees as main and wrist; eef pos + axis-angle + "
                     "gripper qpos; the server resizes)"),
+    ModelIO(
+        "wam_libero",
+        images=(ImageInput("agentview", "primary"), ImageInput("robot0_eye_in_hand", "wrist")),
+        state=(StateTerm("position", frame="world", name="eef_position"),
+               StateTerm("quaternion", frame="world", orientation_offset=_LIBERO_HAND_IN_SITE,
+                         hemisphere=_LIBERO_HEMISPHERE, name="eef_quaternion_xyzw"),
+               StateTerm("value", entry="panda_finger_joint1", name="gripper_qpos"),
+               StateTerm("value", entry="panda_finger_joint2", scale=-1.0,
+                         name="gripper_qpos")),
+        state_key="state", prompt_key="instruction", camera_size=(256, 256),
+        description="the original RPent's WAM workers on LIBERO (Cosmos Policy, Fast-WAM): "
+                    "upright 256 px primary and wrist images; eef_position, "
+                    "eef_quaternion_xyzw (robot0_eef_quat), gripper_qpos in the world frame"),
 )}

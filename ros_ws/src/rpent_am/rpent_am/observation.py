@@ -10,7 +10,7 @@ from rpent_contract.geometry import WORLD_FRAME, compose, pose_from_msg, stamp_t
 from rpent_contract.images import image_to_numpy, numpy_to_image, to_rgb
 from rpent_contract.tf_tree import TfTree
 
-from .policy import BackendError, ModelMeta, PolicyObservation
+from .policy import BackendError, ModelMeta, PolicyObservation, Prediction
 
 # robot_state entries of the end effector in the robot's world frame: world_ee_x, ...
 WORLD_PREFIX = "world_"
@@ -120,6 +120,25 @@ def check_observation(obs: PolicyObservation, meta: ModelMeta) -> PolicyObservat
                                f"the observation has {', '.join(obs.state_names)}") from None
     return PolicyObservation(obs.images, state.astype(np.float64), list(meta.state_names),
                              obs.stamp_ns, obs.robot)
+
+
+def check_foresight(prediction: Prediction, meta: ModelMeta) -> Prediction:
+    """What a model foresaw must be what its metadata promises: images HxWx3 uint8 RGB of
+    the cameras it names, a finite value."""
+    if prediction.future_images and not meta.predicts_future:
+        raise BackendError("backend returned a foreseen observation its metadata does not "
+                           "promise (predicts_future is false)")
+    if prediction.value is not None and not meta.predicts_value:
+        raise BackendError("backend returned a value its metadata does not promise "
+                           "(predicts_value is false)")
+    for camera, image in prediction.future_images.items():
+        image = np.asarray(image)
+        if image.dtype != np.uint8 or image.ndim != 3 or image.shape[2] != 3 or not image.size:
+            raise BackendError(f"backend foresaw camera '{camera}' as a {image.dtype} array of "
+                               f"shape {image.shape}; expected HxWx3 uint8 RGB")
+    if prediction.value is not None and not np.isfinite(prediction.value):
+        raise BackendError(f"backend returned a non-finite value ({prediction.value})")
+    return prediction
 
 
 def check_chunk_shape(actions, meta: ModelMeta) -> np.ndarray:

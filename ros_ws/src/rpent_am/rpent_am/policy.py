@@ -58,6 +58,24 @@ class ModelMeta:
     control_rate: float = 20.0
     default_timeout: float = 30.0
     extra: dict = field(default_factory=dict)
+    predicts_future: bool = False  # a world-action model: predict foresees the observation
+    predicts_value: bool = False
+
+
+@dataclass
+class Prediction:
+    """A chunk with what a world-action model foresaw along with it: ``future_images``,
+    the observation it expects once the chunk has run (contract camera name -> HxWx3 uint8
+    RGB, upright), and ``value``, its estimate of how well the task is going. A backend's
+    ``predict`` returns one of these, or the chunk alone."""
+
+    actions: np.ndarray
+    future_images: dict = field(default_factory=dict)
+    value: Optional[float] = None
+
+    @staticmethod
+    def of(answer) -> "Prediction":
+        return answer if isinstance(answer, Prediction) else Prediction(answer)
 
 
 @dataclass
@@ -85,7 +103,8 @@ class PolicyBackend(ABC):
     @abstractmethod
     def predict(self, observation: PolicyObservation, instruction: str,
                 session: str) -> np.ndarray:
-        """Return a (horizon, action_dim) chunk in ``meta.action_space``."""
+        """Return a (horizon, action_dim) chunk in ``meta.action_space`` (or, from a model
+        that foresees, a :class:`Prediction` holding it)."""
 
     def predict_batch(self, requests: Sequence[Request]) -> list:
         """One answer per request, in order: its chunk, or the :class:`BackendError` that

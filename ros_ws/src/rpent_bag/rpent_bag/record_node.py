@@ -26,7 +26,7 @@ from rpent_contract.params import ParameterError, declare, non_negative, positiv
 DEFAULT_TOPICS = [
     "joint_states", "ee_pose", "robot_state", "task_status", "executed_actions",
     "camera/*/image_raw", "camera/*/camera_info",
-    "*predict/_action/feedback", "agent/events", "agent/log", "agent/markers",
+    "*predict/_action/feedback", "*predicted/*", "agent/events", "agent/log", "agent/markers",
     "operator/requests",
     # The robot model and its frames, so a viewer opening the bag draws the arm moving.
     "robot_description", "/tf", "/tf_static",

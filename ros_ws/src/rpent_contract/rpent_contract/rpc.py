@@ -8,7 +8,8 @@ envelope, ``{"ok": true, "result": ...}`` or ``{"ok": false, "error": "<message>
 method: '<name>'``.
 
 * ``http://HOST:PORT`` (``--transport http``, the servers' default): ``POST /call`` with
-  the JSON body ``{"method", "args", "kwargs"}``. NumPy arrays travel as ``{"__ndarray__":
+  the JSON body ``{"method", "args", "kwargs", "session_id"}`` (``session_id`` null: no
+  session bound). NumPy arrays travel as ``{"__ndarray__":
   "<base64 of the raw bytes>", "dtype": "<numpy dtype>", "shape": [...]}``. The answer is
   always HTTP 200 (the envelope says whether the call failed); another path is a bare 404.
   One request per connection (HTTP/1.0).
@@ -208,7 +209,10 @@ class RpcClient:
 
     def call(self, method: str, args: tuple = (), kwargs: Optional[dict] = None,
              timeout: Optional[float] = None) -> Any:
-        request = {"method": method, "args": tuple(args), "kwargs": dict(kwargs or {})}
+        # session_id: the newer servers' envelope carries one; None is "no bound session",
+        # and the older servers read method, args and kwargs only.
+        request = {"method": method, "args": tuple(args), "kwargs": dict(kwargs or {}),
+                   "session_id": None}
         timeout = self.timeout if timeout is None else timeout
         if self.transport == "http":
             with self._idle_lock:

@@ -16,7 +16,7 @@ from rpent_contract.pick_place import arm_joint_count, height_scale
 from ..model_io import SHIPPED, ModelIO, load
 from ..policy import PolicyBackend
 
-BACKENDS = ("scripted", "lerobot", "openpi", "rpent_http", "rpent_vla")
+BACKENDS = ("scripted", "lerobot", "openpi", "rpent_http", "rpent_vla", "rpent_wam")
 
 
 def _mapping(entries) -> dict:
@@ -83,7 +83,12 @@ def make_backend(name: str, declare: Callable, space: ControlSpaceSpec, info,
         return ScriptedPickPlace(space, finders[objects], arm=arm, chunk_size=chunk or 10,
                                  max_translation_step=step, control_rate=control_rate,
                                  source=source)
-    timeout = d("timeout", 30.0, "s a single inference may take", params.positive)
+    if name == "rpent_wam":
+        timeout = d("timeout", 0.0, "s a single inference may take; 0: the worker's "
+                    "prediction_timeout_s, else 300", lambda v: None if v >= 0 else
+                    "must be >= 0")
+    else:
+        timeout = d("timeout", 30.0, "s a single inference may take", params.positive)
     if name == "lerobot":
         require("models", "the lerobot backend", "lerobot")
         from .lerobot_backend import LeRobotBackend
@@ -109,7 +114,7 @@ def make_backend(name: str, declare: Callable, space: ControlSpaceSpec, info,
         return OpenPIBackend(host, int(port), action_space=space, chunk_size=chunk,
                              io=_model_io(d, "pi05_libero"),
                              timeout=timeout, control_rate=control_rate)
-    if name in ("rpent_http", "rpent_vla"):
+    if name in ("rpent_http", "rpent_vla", "rpent_wam"):
         from rpent_contract.rpc import parse_endpoint
 
         from .rpent_http import RpentHttpBackend, RpentVlaBackend
@@ -127,6 +132,12 @@ def make_backend(name: str, declare: Callable, space: ControlSpaceSpec, info,
             action_space=space, chunk_size=chunk, control_rate=control_rate, timeout=timeout)
         if name == "rpent_http":
             return RpentHttpBackend(io=_model_io(d, "rpent_pi05_libero"), **common)
+        if name == "rpent_wam":
+            from .wam import WamBackend
+
+            return WamBackend(io=_model_io(d, "wam_libero"), expected_backend=d(
+                "wam_backend", "", "the worker's model, as its metadata names it "
+                "(cosmos_policy, fast_wam); empty: any"), **common)
         io = _model_io(d, "", lambda: ModelIO.simple(
             "rpent_vla", _mapping(d("cameras", ["agentview=video.agentview"],
                                     "contract_camera=observation_key pairs (without model_io)")),
