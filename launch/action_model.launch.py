@@ -5,6 +5,8 @@ Launch arguments (name, default, what):
   am_checkpoint      ''               LeRobot checkpoint folder
   am_endpoint        ''               policy server for openpi / rpent_*
   am_model_io        ''               what the model is fed (lerobot, openpi, rpent_*): pi05_libero, lerobot_libero, rpent_pi05_libero, wam_libero or a YAML file; empty: the backend's default
+  am_python          ''               Python interpreter that runs the model node (a venv's bin/python with the model's own packages); empty: this one
+  am_device          ''               torch device of the model (am_backend:=lerobot), e.g. cuda:1; empty: cuda if available, else cpu
   robot_namespace    ''               robot whose topics give the latest observation
   namespace          ''               namespace of the model node
 

@@ -32,6 +32,8 @@ Launch arguments (name, default, what):
   am_checkpoint            ''               LeRobot checkpoint folder (am_backend:=lerobot)
   am_endpoint              ''               policy server: host:port (openpi), http:// or socket://HOST:PORT (rpent_*)
   am_model_io              ''               what the model is fed (lerobot, openpi, rpent_*): pi05_libero, lerobot_libero, rpent_pi05_libero, wam_libero or a YAML file; empty: the backend's default
+  am_python                ''               Python interpreter that runs the model node (a venv's bin/python with the model's own packages); empty: this one
+  am_device                ''               torch device of the model (am_backend:=lerobot), e.g. cuda:1; empty: cuda if available, else cpu
   perception               auto             segment/locate tools for the agent: auto (sam3_http on the twin, served by it; else none) | sam3_http | none
   sam3_endpoint            ''               SAM3 server, http:// or socket://HOST:PORT (perception:=sam3_http)
   dashboard                false            start the Foxglove bridge (ws://127.0.0.1:dashboard_port)

@@ -8,6 +8,7 @@ Launch arguments (name, default, what):
   max_episode_steps  600              simulator steps before the episode ends
   privileged         true             false: no object poses or native success for the agent, as on a real arm
   operator           auto             who answers the agent's operator requests: auto (the simulator) | human (rpent operator, the Foxglove layout)
+  render_device      -1               EGL device (GPU index) the simulator renders on; -1: MUJOCO_EGL_DEVICE_ID, else the first
   planner            ''               scripted | api | mcp | claude_code | codex; empty: api if model set, else scripted
   model              ''               provider:model for api, e.g. anthropic:claude-sonnet-5
   base_url           ''               the provider's endpoint for api: a proxy, or an OpenAI-compatible server (Ollama, vLLM)
@@ -25,6 +26,8 @@ Launch arguments (name, default, what):
   am_checkpoint      ''               LeRobot checkpoint folder (am_backend:=lerobot)
   am_endpoint        ''               policy server: host:port (openpi), http:// or socket://HOST:PORT (rpent_*)
   am_model_io        ''               what the model is fed (lerobot, openpi, rpent_*): pi05_libero, lerobot_libero, rpent_pi05_libero, wam_libero or a YAML file; empty: the backend's default
+  am_python          ''               Python interpreter that runs the model node (a venv's bin/python with the model's own packages); empty: this one
+  am_device          ''               torch device of the model (am_backend:=lerobot), e.g. cuda:1; empty: cuda if available, else cpu
   perception         auto             segment/locate tools for the agent: auto (sim when privileged:=false, else none) | sim | sam3_http | none
   sam3_endpoint      ''               SAM3 server, http:// or socket://HOST:PORT (perception:=sam3_http)
   dashboard          false            start the Foxglove bridge (ws://127.0.0.1:dashboard_port)

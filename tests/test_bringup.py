@@ -151,6 +151,23 @@ def test_libero_sim_description():
     assert shared == {"libero_sim", "agent", "foxglove_bridge", "recorder"}
 
 
+def test_the_model_node_runs_under_its_own_interpreter_on_its_device(tmp_path):
+    python = tmp_path / "venv" / "bin" / "python"
+    python.parent.mkdir(parents=True)
+    python.symlink_to(sys.executable)
+    nodes = {n.name: n for n in describe("libero_sim", {
+        "am_backend": "lerobot", "am_checkpoint": "/models/act", "am_python": str(python),
+        "am_device": "cuda:1", "render_device": "1", "run_dir": "/tmp/r"})}
+    model = nodes["action_model"]
+    assert model.argv()[0] == str(python) and model.argv()[1].endswith("/am_node")
+    assert model.parameters["device"] == "cuda:1"
+    assert nodes["libero_sim"].parameters["render_device"] == 1
+    with pytest.raises(ValueError, match="am_python:=/nope is not an executable file"):
+        describe("action_model", {"am_python": "/nope"})
+    with pytest.raises(ValueError, match="am_backend:=openpi runs none here"):
+        describe("action_model", {"am_backend": "openpi", "am_device": "cuda:0"})
+
+
 @pytest.mark.parametrize("ros2_bag", [False, True], ids=["rpent_recorder", "ros2_bag_record"])
 def test_recordings_hold_depth_only_with_record_depth(ros2_bag, monkeypatch):
     """Aligned depth, which the cameras' pattern also matches, is left out of a bag unless

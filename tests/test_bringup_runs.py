@@ -209,3 +209,24 @@ def test_ctrl_c_mid_run_stops_every_node_and_keeps_the_runs_files(tmp_path, rclp
     result = json.loads((run_dir / "result.json").read_text())
     assert result["status"] == "canceled", result
     assert (run_dir / "transcript.json").exists() and (run_dir / "episode.mp4").exists()
+
+
+def test_the_model_node_is_started_by_am_python(tmp_path):
+    """am_python names the interpreter of the model node (a venv's python): a wrapper that
+    notes its arguments, then runs this environment's Python, starts the node."""
+    marker = tmp_path / "argv"
+    python = tmp_path / "venv_python"
+    python.write_text(f'#!/bin/sh\necho "$@" > {marker}\nexec {sys.executable} "$@"\n')
+    python.chmod(0o755)
+    proc = start("action_model", "am_backend:=scripted", f"am_python:={python}",
+                 "robot_namespace:=am_python_robot")
+    try:
+        deadline = time.monotonic() + 60
+        while not marker.exists() and time.monotonic() < deadline and proc.poll() is None:
+            time.sleep(0.2)
+        assert marker.exists(), "the model node was not started through am_python"
+        argv = marker.read_text().split()
+        assert argv[0].endswith("/rpent_am/am_node") and "--ros-args" in argv, argv
+    finally:
+        os.killpg(proc.pid, signal.SIGINT)
+        proc.communicate(timeout=60)

@@ -13,6 +13,8 @@ from rpent_contract.processes import wait_until
     ({"workspace_min": [0.5, 0.0, 0.0], "workspace_max": [0.1, 1.0, 1.0]}, "must be below max"),
     ({"max_translation_step": -0.1}, "parameter 'max_translation_step' = -0.1: must be a finite"),
     ({"task_id": 10000}, "task"),
+    ({"render_device": -2}, "parameter 'render_device' = -2: must be -1 or a device index"),
+    ({"render_device": 64}, "render_device 64: this machine has "),
 ])
 def test_libero_node_refuses_bad_parameters(node_factory, parameters, expected):
     proc = node_factory("rpent_env_sim", "libero_node", parameters, name="bad_params")

@@ -41,6 +41,8 @@ class NodeSpec:
     required: bool = False
     # A plain process instead of a node executable (``ros2 bag record``).
     command: Optional[list] = None
+    # What runs the node's executable: another Python interpreter (a venv's), say.
+    prefix: tuple = ()
 
     def exit_outcome(self, returncode: int) -> tuple:
         """What this node exiting means for the run: (the run's exit code, why it ends).
@@ -55,7 +57,7 @@ class NodeSpec:
         """The command line that starts this node, as a launch file would run it."""
         if self.command:
             return list(self.command)
-        return [node_executable(self.package, self.executable)] + ros_args(
+        return [*self.prefix, node_executable(self.package, self.executable)] + ros_args(
             self.parameters, self.namespace, {"__node": self.name, **self.remappings},
             self.params_files)
 
@@ -154,6 +156,12 @@ ARM_ARGS = (
     Argument("driver_only", "false", "true: only the robot (and dashboard / recorder), no "
                                      "agent or model; runs until stopped"),
 )
+MODEL_RUNTIME_ARGS = (
+    Argument("am_python", "", "Python interpreter that runs the model node (a venv's "
+                              "bin/python with the model's own packages); empty: this one"),
+    Argument("am_device", "", "torch device of the model (am_backend:=lerobot), e.g. cuda:1; "
+                              "empty: cuda if available, else cpu"),
+)
 MODEL_IO_ARG = Argument("am_model_io", "", "what the model is fed (lerobot, openpi, "
                                           "rpent_*): pi05_libero, lerobot_libero, "
                                           "rpent_pi05_libero, wam_libero or a YAML "
@@ -170,7 +178,7 @@ def model_args(backend: str) -> tuple:
         Argument("am_checkpoint", "", "LeRobot checkpoint folder (am_backend:=lerobot)"),
         Argument("am_endpoint", "", "policy server: host:port (openpi), http:// or "
                                     "socket://HOST:PORT (rpent_*)"),
-        MODEL_IO_ARG,
+        MODEL_IO_ARG, *MODEL_RUNTIME_ARGS,
     )
 def perception_args(default: str, choices: str) -> tuple:
     return (
@@ -230,7 +238,7 @@ def model_nodes(args: dict, ns: str) -> tuple[list, str]:
         return [], args["action_model"]
     if args["am_backend"] == "none":
         return [], ""
-    node = NodeSpec("rpent_am", "am_node", "action_model", ns, parameters=_model_params(args))
+    node = _model_node(args, ns, _model_params(args))
     return [node], (f"/{ns}/action_model" if ns else "/action_model")
 
 
@@ -337,7 +345,8 @@ def _libero_sim(args: dict) -> list:
         "rpent_env_sim", "libero_node", "libero_sim", ns,
         params_files=robot_params(args, "libero_sim.yaml"),
         parameters={**task, "max_episode_steps": int(args["max_episode_steps"]),
-                    "privileged": _flag(args["privileged"]), "operator": args["operator"]})
+                    "privileged": _flag(args["privileged"]), "operator": args["operator"],
+                    "render_device": int(args["render_device"])})
     models, model = model_nodes(args, ns)
     # A run without the simulator's object poses needs perception to find anything.
     backend = args["perception"]
@@ -527,16 +536,28 @@ def _model_params(args: dict) -> dict:
     """The action-model node's parameters from the am_* arguments given."""
     params = {"backend": args["am_backend"]}
     for arg, name in (("am_checkpoint", "checkpoint"), ("am_endpoint", "endpoint"),
-                      ("am_model_io", "model_io")):
+                      ("am_model_io", "model_io"), ("am_device", "device")):
         if args[arg]:
             params[name] = args[arg]
+    if args["am_device"] and args["am_backend"] != "lerobot":
+        raise ValueError(f"am_device:={args['am_device']} places a model this node runs "
+                         f"(am_backend:=lerobot); am_backend:={args['am_backend']} runs none "
+                         "here: pick the GPU where its server runs, or leave am_device empty")
     return params
+
+
+def _model_node(args: dict, ns: str, parameters: dict, required: bool = False) -> NodeSpec:
+    python = args["am_python"]
+    if python and not (os.path.isfile(python) and os.access(python, os.X_OK)):
+        raise ValueError(f"am_python:={python} is not an executable file: give a Python "
+                         "interpreter, e.g. /opt/venvs/pi05/bin/python")
+    return NodeSpec("rpent_am", "am_node", "action_model", ns, parameters=parameters,
+                    required=required, prefix=(python,) if python else ())
 
 
 def _action_model(args: dict) -> list:
     params = {**_model_params(args), "robot_namespace": args["robot_namespace"]}
-    return [NodeSpec("rpent_am", "am_node", "action_model", args["namespace"].strip("/"),
-                     parameters=params, required=True)]
+    return [_model_node(args, args["namespace"].strip("/"), params, required=True)]
 
 
 BRINGUPS = {b.name: b for b in (
@@ -550,6 +571,8 @@ BRINGUPS = {b.name: b for b in (
                                        "agent, as on a real arm"),
         Argument("operator", "auto", "who answers the agent's operator requests: auto (the "
                                      "simulator) | human (rpent operator, the Foxglove layout)"),
+        Argument("render_device", "-1", "EGL device (GPU index) the simulator renders on; -1: "
+                                        "MUJOCO_EGL_DEVICE_ID, else the first"),
         *AGENT_ARGS, *model_args("scripted"),
         *perception_args("auto", "auto (sim when privileged:=false, else none) | sim | "
                                  "sam3_http | none"), *VIEW_ARGS), _libero_sim),
@@ -581,7 +604,7 @@ BRINGUPS = {b.name: b for b in (
                  "scripted | lerobot | openpi | rpent_http | rpent_vla | rpent_wam"),
         Argument("am_checkpoint", "", "LeRobot checkpoint folder"),
         Argument("am_endpoint", "", "policy server for openpi / rpent_*"),
-        MODEL_IO_ARG,
+        MODEL_IO_ARG, *MODEL_RUNTIME_ARGS,
         Argument("robot_namespace", "", "robot whose topics give the latest observation"),
         Argument("namespace", "", "namespace of the model node"),
     ), _action_model),

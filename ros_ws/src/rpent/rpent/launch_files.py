@@ -6,6 +6,7 @@ this module only translates, so ``ros2 launch`` and :mod:`rpent.start` cannot dr
 from __future__ import annotations
 
 import os
+import shlex
 import sys
 
 from .bringup import BRINGUPS, NodeSpec
@@ -53,7 +54,7 @@ def launch_node(spec: NodeSpec, run: dict):
                               sigterm_timeout="30", on_exit=on_node_exit(spec, run))
     return Node(
         package=spec.package, executable=spec.executable, name=spec.name,
-        namespace=spec.namespace or None,
+        namespace=spec.namespace or None, prefix=" ".join(map(shlex.quote, spec.prefix)) or None,
         parameters=[*spec.params_files, spec.parameters],
         remappings=list(spec.remappings.items()),
         output="screen", emulate_tty=True, on_exit=on_node_exit(spec, run),

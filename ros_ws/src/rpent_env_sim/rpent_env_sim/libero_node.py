@@ -83,7 +83,8 @@ class LiberoDriver(RobotDriver):
     def __init__(self, *, suite: str, task_id: int, seed: int, init_state_index: int,
                  cameras, image_height: int, image_width: int, render_quality: str,
                  max_episode_steps: int, real_time: bool, privileged: bool = True,
-                 base_frame: str = "base_link", camera_rate: float = 0.0):
+                 base_frame: str = "base_link", camera_rate: float = 0.0,
+                 render_device: int = -1):
         self._worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="libero-sim")
         self._real_time = real_time
         self._privileged = privileged
@@ -94,7 +95,7 @@ class LiberoDriver(RobotDriver):
             LiberoSim, suite=suite, task_id=task_id, seed=seed,
             init_state_index=init_state_index, cameras=cameras, image_height=image_height,
             image_width=image_width, render_quality=render_quality,
-            max_episode_steps=max_episode_steps)
+            max_episode_steps=max_episode_steps, render_device=render_device)
         self._max_episode_steps = max_episode_steps
         # Simulated time, like a real camera's frame rate: a frame every this many steps.
         rate = float(self._sim.control_rate_hz)
@@ -276,7 +277,8 @@ class LiberoDriver(RobotDriver):
             suite=request.suite, task_id=max(request.task_id, 0), seed=max(request.seed, 0),
             init_state_index=max(request.init_state_index, 0), cameras=old.camera_names,
             image_height=old.image_height, image_width=old.image_width,
-            render_quality=old.render_quality, max_episode_steps=self._max_episode_steps)
+            render_quality=old.render_quality, max_episode_steps=self._max_episode_steps,
+            render_device=old.render_device)
         old.close()
 
     def segment(self, camera: str, query: str) -> list:
@@ -341,6 +343,9 @@ class LiberoNode(RobotContractNode):
             render_quality=d("render_quality", "low",
                              "low (fast: no anti-aliasing / reflections) or high (LIBERO's look)",
                              params.one_of(*RENDER_QUALITIES)),
+            render_device=d("render_device", -1, "EGL device (GPU index) the cameras render "
+                            "on; -1: MUJOCO_EGL_DEVICE_ID, else the first",
+                            lambda v: None if v >= -1 else "must be -1 or a device index"),
             max_episode_steps=d("max_episode_steps", 600, "Episode step cap",
                                 lambda v: None if v > 0 else "must be > 0"),
             real_time=d("real_time", False,

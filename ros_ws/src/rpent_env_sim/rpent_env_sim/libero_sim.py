@@ -208,6 +208,13 @@ def _close_env(env) -> None:
     env.close()
 
 
+def egl_device_count() -> int:
+    """EGL devices this machine offers (GPUs, or Mesa's software device)."""
+    from mujoco.egl import egl_ext as EGL
+
+    return len(EGL.eglQueryDevicesEXT())
+
+
 class LiberoSim:
     """One LIBERO task in a headless MuJoCo simulator, single-threaded.
 
@@ -220,6 +227,9 @@ class LiberoSim:
         no reflections. Fastest with software (llvmpipe) rendering.
       * "high": LIBERO's defaults (4x MSAA, shadows, floor/table reflections),
         i.e. what LIBERO-trained policies saw.
+
+    render_device: the EGL device (a GPU's index) the cameras render on; -1: robosuite's
+    choice (MUJOCO_EGL_DEVICE_ID, else CUDA_VISIBLE_DEVICES, else the first device).
     """
 
     ACTION_DIM = 7
@@ -241,6 +251,7 @@ class LiberoSim:
         image_width: int = 128,
         render_quality: str = "low",
         max_episode_steps: int = 600,
+        render_device: int = -1,
     ):
         suites = self.available_suites()
         if suite not in suites:
@@ -253,6 +264,16 @@ class LiberoSim:
             raise ValueError(f"image size must be positive, got {image_height}x{image_width}")
         if int(max_episode_steps) <= 0:
             raise ValueError(f"max_episode_steps must be positive, got {max_episode_steps}")
+        if int(render_device) >= 0 and os.environ["MUJOCO_GL"] == "egl":
+            devices = egl_device_count()
+            if int(render_device) >= devices:
+                raise ValueError(
+                    f"render_device {render_device}: this machine has {devices} EGL "
+                    f"device(s) (0..{devices - 1}); give one of them, or -1 for robosuite's "
+                    "choice (MUJOCO_EGL_DEVICE_ID, else the first)")
+            # robosuite's EGL context takes the variable over the env's device id whenever
+            # CUDA_VISIBLE_DEVICES is set; one simulator per process, so it may decide.
+            os.environ["MUJOCO_EGL_DEVICE_ID"] = str(int(render_device))
         if isinstance(cameras, str):
             raise ValueError(
                 f"cameras must be a sequence of camera names, not the string {cameras!r}"
@@ -263,6 +284,7 @@ class LiberoSim:
         self.image_height = int(image_height)
         self.image_width = int(image_width)
         self.render_quality = render_quality
+        self.render_device = int(render_device)
         self.max_episode_steps = int(max_episode_steps)
         self.arm_joint_names = list(self.ARM_JOINT_NAMES)
         self.gripper_joint_names = list(self.GRIPPER_JOINT_NAMES)
@@ -497,6 +519,7 @@ class LiberoSim:
             ignore_done=True,
             horizon=_ROBOSUITE_HORIZON,
             control_freq=self.control_rate_hz,
+            render_gpu_device_id=self.render_device,
         )
         # robosuite registers eglTerminate with atexit when the first EGL context is
         # made. atexit runs handlers last-in first-out, so registering our cleanup
