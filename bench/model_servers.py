@@ -2,8 +2,8 @@
 
     source scripts/env.sh && python bench/model_servers.py [--rounds 200]
 
-For each remote backend (the original RPent's pi0.5 VLA server and its ``vla.*`` facade on
-both RPC transports, an OpenPI server) and its protocol-level test server answering a
+For each remote backend (the original RPent's pi0.5 VLA server, its ``vla.*`` facade and a
+WAM worker, each on both RPC transports, an OpenPI server) and its protocol-level test server answering a
 constant 50x7 chunk: the bare call (the backend's ``predict`` in this process: encoding,
 transport, the server's decoding and checks) against the same observation sent as a
 ``predict`` goal to a model node serving that backend (two 256x256 RGB images and an
@@ -20,7 +20,10 @@ from action_model import CAMERAS, STATE, Trivial, observation, ros_round_trips
 from rpent_contract.processes import isolate_ros_graph
 
 CASES = ("in-process model", "rpent_http http", "rpent_http socket", "rpent_vla http",
-         "rpent_vla socket", "openpi")
+         "rpent_vla socket", "rpent_wam http", "rpent_wam socket", "openpi")
+# A WAM's named state vectors, from the bench observation's entries.
+WAM_STATE = {"eef_position": STATE[:3], "eef_quaternion_xyzw": STATE[3:7],
+             "gripper_qpos": STATE[7:]}
 
 
 def _backend(case: str, endpoint: str):
@@ -40,6 +43,15 @@ def _backend(case: str, endpoint: str):
         return OpenPIBackend(host, int(port), action_space=LIBERO_OSC_DELTA, io=io)
     from rpent_am.backends.rpent_http import RpentHttpBackend, RpentVlaBackend
 
+    if kind == "rpent_wam":
+        from rpent_am.backends.wam import WamBackend
+        from rpent_am.model_io import ImageInput, StateTerm
+
+        io = ModelIO("bench", images=(ImageInput("agentview", "primary"),
+                                      ImageInput("robot0_eye_in_hand", "wrist")),
+                     state=tuple(StateTerm("value", entry=e, name=name)
+                                 for name, entries in WAM_STATE.items() for e in entries))
+        return WamBackend(endpoint, action_space=LIBERO_OSC_DELTA, io=io)
     if kind == "rpent_http":
         io = ModelIO.simple("bench", {"agentview": "main", "robot0_eye_in_hand": "wrist"},
                             STATE, state_key="state", prompt_key="instruction")
@@ -69,9 +81,15 @@ class _Server:
             self._close, self.endpoint = server.close, f"127.0.0.1:{server.port}"
             return
         from rpent_testkit.vla_servers import Pi05Server, VlaFacadeServer
+        from rpent_testkit.wam_servers import WamServer, capabilities
 
         kind, wire = case.split()
-        if kind == "rpent_http":
+        if kind == "rpent_wam":
+            server = WamServer(lambda request: {"actions": np.zeros((50, 7), np.float32)},
+                               capabilities("bench", "bench", {k: len(v) for k, v in
+                                                               WAM_STATE.items()}, 50),
+                               transport=wire)
+        elif kind == "rpent_http":
             server = Pi05Server(Trivial(), transport=wire)
         else:
             server = VlaFacadeServer(

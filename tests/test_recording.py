@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import signal
 import time
+from pathlib import Path
 
 import pytest
 import yaml
@@ -345,3 +346,17 @@ def test_check_bag_names_what_a_bag_lost(tmp_path, capsys):
     (unclosed / "unclosed.mcap").write_bytes(b"\x89MCAP0\r\n")
     assert rpent_main(["check-bag", str(unclosed)]) == 2
     assert f"rpent recover-bag {unclosed}" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("action", sorted(p.stem for p in (
+    Path(__file__).resolve().parents[1] / "ros_ws/src/rpent_interfaces/action").glob("*.action")))
+def test_every_action_feedback_and_result_has_a_definition_a_reader_can_build(action):
+    """What a bag stores for an action's feedback (and a result, were it recorded): the
+    whole ros2msg definition, comments between fields included, that rosbags can parse."""
+    from rpent_bag import definitions
+
+    for part in ("FeedbackMessage", "Result"):
+        name = f"rpent_interfaces/action/{action}_{part}"
+        text = definitions.full_text(name)
+        assert "/#" not in text, text
+        definitions.typestore_for({name: text})

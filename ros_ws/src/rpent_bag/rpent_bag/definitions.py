@@ -96,7 +96,7 @@ def _qualify(text: str, package: str) -> str:
     def fix(match):
         token = match.group(2)
         base = re.sub(r"(\[.*\]|<=\d+)$", "", token)
-        if base in PRIMITIVES or "/" in base:
+        if base in PRIMITIVES or "/" in base or token.startswith("#"):  # a comment line
             return match.group(0)
         return f"{match.group(1)}{package}/{token}"
     return re.sub(r"^(\s*)(\S+)(?=\s)", fix, text, flags=re.M)
