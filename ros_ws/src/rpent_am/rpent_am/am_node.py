@@ -714,6 +714,7 @@ class ActionModelNode(Node):
     @staticmethod
     def _fill(result, inference, chunk_msg, batches):
         result.chunks = len(inference)
+        result.value = float("nan")  # no value unless a world-action model gave one
         result.max_batch_size = max(batches, default=0)
         if chunk_msg is not None:
             result.last_chunk = chunk_msg

@@ -25,6 +25,7 @@ camera whose role its key names.
 """
 from __future__ import annotations
 
+import re
 from typing import Optional
 
 import numpy as np
@@ -61,8 +62,9 @@ def _images(value, roles) -> dict:
         if isinstance(node, np.ndarray) and node.dtype == np.uint8 and node.ndim >= 3 \
                 and node.shape[-1] == 3 and node.size:
             image = node.reshape((-1,) + node.shape[-3:])[-1]
+            # A key naming no role keeps its name, as a ROS name token (a topic's last part).
             role = next((r for r in roles if r == key), None) or \
-                next((r for r in roles if r in key), key)
+                next((r for r in roles if r in key), re.sub(r"\W", "_", key) or "future")
             found[role] = np.ascontiguousarray(image)
 
     walk(value, "")
