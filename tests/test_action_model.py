@@ -384,6 +384,17 @@ def libero256(stack, node_factory):
     assert proc.alive(), proc.log_tail()
 
 
+def serve(node_factory, robot, info, name: str, parameters: dict) -> tuple:
+    """A model node ``name`` for the namespaced ``robot``: (its client, meta, process)."""
+    proc = node_factory("rpent_am", "am_node", {**parameters, "robot_namespace": "pi"},
+                        name=name, remaps={"__node": name})
+    client = ActionModelClient(robot.node, model=f"/{name}")
+    try:
+        return client, client.connect(info, timeout=120), proc
+    except Exception:
+        pytest.fail(proc.log_tail())
+
+
 @pytest.mark.slow
 def test_pi05_servers_get_their_libero_inputs(stack, libero256, node_factory):
     """The openpi backend (model_io pi05_libero) with a LIBERO robot rendering at 256 px,
@@ -422,14 +433,8 @@ def test_pi05_servers_get_their_libero_inputs(stack, libero256, node_factory):
                    what="robot_state and the world frame")
         # The original RPent's pi0.5 server, on its socket transport, fed the same LIBERO.
         with Pi05Server(Echo(), transport="socket") as rpent:
-            proc = node_factory("rpent_am", "am_node",
-                                {"backend": "rpent_http", "endpoint": rpent.endpoint},
-                                name="rpent_model", remaps={"__node": "rpent_model"})
-            rp = ActionModelClient(robot.node, model="/rpent_model")
-            try:
-                meta = rp.connect(info, timeout=120)
-            except Exception:
-                pytest.fail(proc.log_tail())
+            rp, meta, _proc = serve(node_factory, pi_robot, info, "rpent_model",
+                                    {"backend": "rpent_http", "endpoint": rpent.endpoint})
             rp_chunk = rp.predict(SOUP, client_id="rp", timeout=30, robot_namespace="pi")
             rp_sent = rpent.requests[-1]
     finally:
@@ -453,6 +458,25 @@ def test_pi05_servers_get_their_libero_inputs(stack, libero256, node_factory):
     assert images["main"].shape == images["wrist"].shape == (256, 256, 3)
     np.testing.assert_allclose(rp_state, state, rtol=1e-6, atol=1e-6)  # float32 on its wire
     np.testing.assert_allclose(rp_chunk, np.tile(rp_state[:7] * 0.1, (8, 1)), rtol=1e-6)
+
+
+@pytest.mark.slow
+def test_lerobots_smolvla_answers_predict_from_a_live_libero(libero256, node_factory,
+                                                             tmp_path, monkeypatch):
+    """LeRobot's SmolVLA class (tiny, random weights, built with the hub out of reach)
+    behind the lerobot backend, fed through lerobot_libero from the live 256 px robot."""
+    from rpent_testkit import tiny_smolvla
+
+    pi_robot, info = libero256
+    checkpoint = tiny_smolvla.build(tmp_path / "smolvla", chunk_size=10)
+    for offline in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE"):  # the node inherits them
+        monkeypatch.setenv(offline, "1")
+    smolvla, meta, proc = serve(node_factory, pi_robot, info, "smolvla_model", {
+        "backend": "lerobot", "checkpoint": str(checkpoint), "model_io": "lerobot_libero"})
+    assert (meta.backend, meta.chunk_size) == ("lerobot", 10)
+    chunk = smolvla.predict(SOUP, client_id="smolvla", timeout=60)
+    assert chunk.shape == (10, 7) and np.all(np.abs(chunk) < 1.0)
+    proc.stop()
 
 
 @pytest.mark.slow
@@ -483,15 +507,9 @@ def test_a_world_action_models_foresight_reaches_the_viewer_and_the_agent(libero
     pi_robot.node.create_subscription(Float64, "/wam_model/predicted_value",
                                       lambda m: values.append(m.data), 10)
     with WamServer(model, caps, transport="socket") as server:
-        proc = node_factory("rpent_am", "am_node",
-                            {"backend": "rpent_wam", "endpoint": server.endpoint,
-                             "wam_backend": "cosmos_policy", "robot_namespace": "pi"},
-                            name="wam_model", remaps={"__node": "wam_model"})
-        wam = ActionModelClient(pi_robot.node, model="/wam_model")
-        try:
-            meta = wam.connect(info, timeout=120)
-        except Exception:
-            pytest.fail(proc.log_tail())
+        wam, meta, _proc = serve(node_factory, pi_robot, info, "wam_model", {
+            "backend": "rpent_wam", "endpoint": server.endpoint,
+            "wam_backend": "cosmos_policy"})
         assert (meta.backend, meta.chunk_size, meta.predicts_future, meta.predicts_value) == \
             ("rpent_wam", 16, True, True)
         observer = RobotObserver(pi_robot.node, info.camera_names)

@@ -117,3 +117,42 @@ def test_a_batch_gives_each_request_the_chunk_it_gets_alone(checkpoint):
         np.testing.assert_allclose(answers[2], alone[2], rtol=1e-5, atol=1e-6)
     finally:
         be.close()
+
+
+def libero_observation(seed=0) -> PolicyObservation:
+    """What lerobot_libero reads of a LIBERO robot: 256 px cameras, world pose, fingers."""
+    rng = np.random.default_rng(seed)
+    half = np.sqrt(0.5)
+    state = {"world_ee_x": 0.1, "world_ee_y": -0.2, "world_ee_z": 1.1, "world_ee_qx": half,
+             "world_ee_qy": half, "world_ee_qz": 0.0, "world_ee_qw": 0.0,
+             "panda_finger_joint1": 0.03, "panda_finger_joint2": 0.029}
+    return PolicyObservation(
+        images={c: rng.integers(0, 255, (256, 256, 3), dtype=np.uint8)
+                for c in ("agentview", "robot0_eye_in_hand")},
+        state=np.array(list(state.values())), state_names=tuple(state))
+
+
+def test_smolvla_built_offline_answers_through_lerobot_libero(tmp_path, monkeypatch):
+    """LeRobot's SmolVLA (a tiny VLM and action expert, random weights, its tokenizer and
+    processors) loads from its checkpoint with the hub out of reach and answers a chunk
+    from LeRobot's LIBERO inputs."""
+    from rpent_am.model_io import SHIPPED
+    from rpent_am.policy import Request
+    from rpent_testkit import tiny_smolvla
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("TRANSFORMERS_OFFLINE", "1")
+    folder = tiny_smolvla.build(tmp_path / "smolvla", chunk_size=10)
+    be = backend(folder, io=SHIPPED["lerobot_libero"])
+    try:
+        assert be.meta.extra["policy_type"] == "smolvla" and be.meta.chunk_size == 10
+        assert set(be.meta.required_cameras) == {"agentview", "robot0_eye_in_hand"}
+        chunk = be.predict(libero_observation(), "pick the alphabet soup and place it in the "
+                           "basket", "s1")
+        assert chunk.shape == (10, 7) and np.all(np.abs(chunk) < 1.0)
+        assert be.batching
+        answers = be.predict_batch([Request(libero_observation(i), "turn on the stove", f"s{i}")
+                                    for i in range(2)])
+        assert [a.shape for a in answers] == [(10, 7), (10, 7)]
+    finally:
+        be.close()

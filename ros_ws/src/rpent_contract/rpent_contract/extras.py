@@ -10,7 +10,8 @@ from __future__ import annotations
 import importlib
 
 EXTRAS = {
-    "models": "the LeRobot and OpenPI action-model backends (torch, lerobot, openpi-client)",
+    "models": "the LeRobot and OpenPI action-model backends (torch, lerobot with SmolVLA's "
+              "transformers, openpi-client)",
     "franka": "the Franka FR3 node (franky) and franky-sim",
     "so101": "the SO-101 node (LeRobot's robot classes, the Feetech SDK, its kinematic model)",
     "cluster": "rpent eval --cluster (Ray)",
