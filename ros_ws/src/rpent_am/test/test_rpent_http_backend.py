@@ -206,17 +206,26 @@ def test_a_server_that_is_down_hangs_or_drops_the_call_is_reported(transport):
     # A peer that takes the request and closes the connection without answering.
     with socket.create_server(("127.0.0.1", 0)) as listener:
         port = listener.getsockname()[1]
-        scheme = "http" if transport == "http" else "socket"
+        done = threading.Event()
 
         def drop():
-            for _ in range(3):
-                conn, _ = listener.accept()
+            listener.settimeout(0.2)
+            while not done.is_set():  # the HTTP client tries twice, the socket one once
+                try:
+                    conn, _ = listener.accept()
+                except socket.timeout:
+                    continue
                 conn.recv(1 << 16)
                 conn.close()
 
-        threading.Thread(target=drop, daemon=True).start()
-        with pytest.raises(BackendError, match="cannot reach the VLA server"):
-            pi05(f"{scheme}://127.0.0.1:{port}", connect_timeout=2.0)
+        peer = threading.Thread(target=drop, daemon=True)
+        peer.start()
+        try:
+            with pytest.raises(BackendError, match="cannot reach the VLA server"):
+                pi05(f"{transport}://127.0.0.1:{port}", connect_timeout=2.0)
+        finally:
+            done.set()
+            peer.join(5)
 
 
 def test_http_arrays_travel_tagged_and_only_data_is_admitted():
