@@ -1,6 +1,6 @@
 """Long chunks to interrupt, and bursts of ``stop`` and cancel requests from several clients
 at once, as a panicking operator, a watchdog and a dashboard send them together; each
-answer's latency is kept.
+answer's latency is kept, and when it came.
 
 Used by the contract suite (every request answered) and ``bench/stop_burst.py`` (how fast).
 """
@@ -41,6 +41,9 @@ class Burst:
     def __init__(self, clients: int = 3, namespace: str = "", timeout: float = 30.0):
         self._clients, self._namespace, self._timeout = clients, namespace, timeout
         self.latencies: dict[str, list[float]] = {"stop": [], "cancel": []}
+        # When each answer of the last burst came, on the clock ROS stamps with (time.time):
+        # what the robot did after it can be read off its own stamps.
+        self.answered_at: list[float] = []
 
     def __enter__(self) -> "Burst":
         import rclpy
@@ -86,14 +89,14 @@ class Burst:
 
     def _send(self, kind: str, calls: list) -> list:
         done = threading.Event()
-        answered = [None] * len(calls)
+        answered, answered_at = [None] * len(calls), [None] * len(calls)
         left = [len(calls)]
         lock = threading.Lock()
 
         def on_answer(i: int, sent: float):
             def record(_future):
                 with lock:
-                    answered[i] = time.monotonic() - sent
+                    answered[i], answered_at[i] = time.monotonic() - sent, time.time()
                     left[0] -= 1
                     if left[0] == 0:
                         done.set()
@@ -108,4 +111,5 @@ class Burst:
             raise TimeoutError(f"{left[0]} of {len(calls)} {kind} requests got no answer "
                                f"within {self._timeout:g} s")
         self.latencies[kind] += answered
+        self.answered_at = answered_at
         return [f.result() for f in futures]
