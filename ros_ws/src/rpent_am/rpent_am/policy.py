@@ -25,6 +25,21 @@ class BackendError(RuntimeError):
     """The model failed or answered something unusable; the message says what to do."""
 
 
+def actions_array(value, action_dim: int, what: str) -> np.ndarray:
+    """Check a chunk a model answered: a finite (horizon >= 1, action_dim) array."""
+    try:
+        actions = np.asarray(value, dtype=np.float64)
+    except (TypeError, ValueError):
+        raise BackendError(f"{what} answered actions that are not a numeric array") from None
+    if actions.ndim != 2 or actions.shape[0] < 1 or actions.shape[1] != action_dim:
+        raise BackendError(
+            f"{what} answered actions of shape {actions.shape}; expected (horizon, {action_dim}) "
+            f"with horizon >= 1: check that the server runs the model this client expects")
+    if not np.all(np.isfinite(actions)):
+        raise BackendError(f"{what} answered non-finite actions (NaN or inf): check the model")
+    return actions
+
+
 @dataclass
 class PolicyObservation:
     """What a policy is conditioned on, in contract terms."""

@@ -91,6 +91,18 @@ def cosmos(**kw):
     return cosmos_policy(lambda p, i, t: np.zeros((16, 7)), **kw)
 
 
+def test_a_future_given_as_frames_of_different_sizes_foresees_the_last():
+    caps, model = cosmos(predict_future=True)
+    first, last = np.full((64, 64, 3), 1, np.uint8), np.full((128, 96, 3), 2, np.uint8)
+    answer = {"actions": np.zeros((16, 7), np.float32),
+              "future_observation": {"wrist": [first, last]}}
+    with WamServer(lambda request: (model(request), answer)[1], caps) as server:
+        prediction = WamBackend(server.endpoint, action_space=LIBERO, io=IO).predict(
+            observation(), "go", "s")
+    assert list(prediction.future_images) == ["robot0_eye_in_hand"]
+    np.testing.assert_array_equal(prediction.future_images["robot0_eye_in_hand"], last)
+
+
 @pytest.mark.parametrize("change, match", [
     (lambda c: c["control"].update(action_space="libero.joint_pos.v1"), "WAM control mismatch"),
     (lambda c: c.update(backend="dreamzero"), "expected backend 'cosmos_policy', got 'dreamzero'"),
@@ -116,9 +128,9 @@ def test_an_action_space_without_a_wam_contract_is_refused():
 
 
 @pytest.mark.parametrize("answer, match", [
-    ({"actions": np.zeros((16, 6), np.float32)}, r"non-empty \[chunk, 7\] shape"),
-    ({"actions": np.zeros((5, 7), np.float32)}, "must contain 16 actions"),
-    ({"actions": np.full((16, 7), np.nan, np.float32)}, "without NaN or Inf"),
+    ({"actions": np.zeros((16, 6), np.float32)}, r"shape \(16, 6\); expected \(horizon, 7\)"),
+    ({"actions": np.zeros((5, 7), np.float32)}, "answered 5 actions; .* predicts 16"),
+    ({"actions": np.full((16, 7), np.nan, np.float32)}, "non-finite actions"),
     ({"chunk": []}, "has no 'actions'"),
 ])
 def test_a_malformed_prediction_fails_with_the_reason(answer, match):

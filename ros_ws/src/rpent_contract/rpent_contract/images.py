@@ -168,14 +168,20 @@ def decode_png(text: str, mono: bool = False) -> np.ndarray:
     import base64
     import binascii
 
-    import cv2
-
     try:
-        data = np.frombuffer(base64.b64decode(text, validate=True), dtype=np.uint8)
+        data = base64.b64decode(text, validate=True)
     except (binascii.Error, ValueError, TypeError) as exc:
         raise ImageConversionError(f"image is not base64: {exc}") from None
-    image = cv2.imdecode(data, cv2.IMREAD_UNCHANGED if mono else cv2.IMREAD_COLOR) \
-        if data.size else None
+    return decode_png_bytes(data, mono)
+
+
+def decode_png_bytes(data: bytes, mono: bool = False) -> np.ndarray:
+    """PNG bytes -> HxWx3 uint8 RGB (``mono``: HxW uint8, the first channel)."""
+    import cv2
+
+    buffer = np.frombuffer(data, dtype=np.uint8)
+    image = cv2.imdecode(buffer, cv2.IMREAD_UNCHANGED if mono else cv2.IMREAD_COLOR) \
+        if buffer.size else None
     if image is None:
         raise ImageConversionError("image is not a decodable PNG")
     if mono:

@@ -25,7 +25,7 @@ from typing import Callable, Optional
 
 import numpy as np
 
-from .images import ImageConversionError, decode_png, encode_png
+from .images import ImageConversionError, decode_png_bytes, encode_png
 from .rpc import RpcServer
 
 METHOD = "segment"
@@ -75,7 +75,7 @@ class Sam3Server(RpcServer):
         if not raw:
             raise ValueError("image_base64 is empty")
         try:
-            image = decode_png(image_base64)
+            image = decode_png_bytes(raw)
         except ImageConversionError as err:
             raise ValueError(f"invalid image data: {err}") from None
         height, width = image.shape[:2]

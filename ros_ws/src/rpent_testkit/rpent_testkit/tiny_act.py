@@ -23,7 +23,6 @@ def build(folder, *, image_size: int = 128, state_dim: int = 8, action_dim: int 
     from lerobot.configs.types import FeatureType, NormalizationMode, PolicyFeature
     from lerobot.policies.act.configuration_act import ACTConfig
     from lerobot.policies.act.modeling_act import ACTPolicy
-    from lerobot.policies.factory import make_pre_post_processors
 
     torch.manual_seed(seed)
     image = PolicyFeature(type=FeatureType.VISUAL, shape=(3, image_size, image_size))
@@ -43,8 +42,15 @@ def build(folder, *, image_size: int = 128, state_dim: int = 8, action_dim: int 
                         "std": torch.full((action_dim,), action_std)}}
     for key in CAMERAS.values():
         stats[key] = {"mean": torch.full((3, 1, 1), 0.5), "std": torch.full((3, 1, 1), 0.25)}
-    policy = ACTPolicy(cfg)
-    pre, post = make_pre_post_processors(cfg, dataset_stats=stats)
+    return save_checkpoint(ACTPolicy(cfg), stats, folder)
+
+
+def save_checkpoint(policy, stats: dict, folder) -> Path:
+    """``policy`` and its pre- and post-processors (normalising with ``stats``) as the
+    checkpoint folder LeRobot's ``from_pretrained`` loads."""
+    from lerobot.policies.factory import make_pre_post_processors
+
+    pre, post = make_pre_post_processors(policy.config, dataset_stats=stats)
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     for part in (policy, pre, post):

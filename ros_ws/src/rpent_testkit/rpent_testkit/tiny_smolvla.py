@@ -17,6 +17,8 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+from .tiny_act import save_checkpoint
+
 IMAGE, PATCH, SCALE = 64, 16, 2  # 4x4 patches, shuffled to 4 tokens per image
 INSTRUCTIONS = ["pick the alphabet soup and place it in the basket",
                 "put both the alphabet soup and the tomato sauce in the basket",
@@ -71,7 +73,6 @@ def build(folder, *, chunk_size: int = 10, seed: int = 0) -> Path:
     """``folder/vlm`` and the policy checkpoint ``folder/policy`` (returned)."""
     import torch
     from lerobot.configs.types import FeatureType, PolicyFeature
-    from lerobot.policies.factory import make_pre_post_processors
     from lerobot.policies.smolvla.configuration_smolvla import SmolVLAConfig
     from lerobot.policies.smolvla.modeling_smolvla import SmolVLAPolicy
 
@@ -89,13 +90,7 @@ def build(folder, *, chunk_size: int = 10, seed: int = 0) -> Path:
     # Small actions: the chunk stays well inside libero_osc_delta's [-1, 1].
     stats = {"observation.state": {"mean": torch.zeros(8), "std": torch.ones(8)},
              "action": {"mean": torch.zeros(7), "std": torch.full((7,), 0.01)}}
-    policy = SmolVLAPolicy(cfg)
-    pre, post = make_pre_post_processors(cfg, dataset_stats=stats)
-    checkpoint = folder / "policy"
-    checkpoint.mkdir(parents=True, exist_ok=True)
-    for part in (policy, pre, post):
-        part.save_pretrained(checkpoint)
-    return checkpoint
+    return save_checkpoint(SmolVLAPolicy(cfg), stats, folder / "policy")
 
 
 if __name__ == "__main__":

@@ -50,8 +50,7 @@ from lerobot.utils.constants import ACTION, OBS_STATE
 from rpent_contract.control_space import ControlSpaceSpec
 
 from ..model_io import ModelIO
-from ..policy import BackendError, ModelMeta, PolicyBackend, PolicyObservation
-from .rpent_http import actions_array
+from ..policy import BackendError, ModelMeta, PolicyBackend, PolicyObservation, actions_array
 
 HISTORY_FROM_SELECT_ACTION = ("diffusion", "vqbet", "tdmpc")
 # predict_action_chunk reads no state of the policy object (smolvla fills queues there that

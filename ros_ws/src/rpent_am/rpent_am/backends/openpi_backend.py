@@ -24,8 +24,7 @@ from websockets.sync.server import serve
 from rpent_contract.control_space import ControlSpaceSpec
 
 from ..model_io import SHIPPED, ModelIO
-from ..policy import BackendError, ModelMeta, PolicyBackend, PolicyObservation
-from .rpent_http import actions_array
+from ..policy import BackendError, ModelMeta, PolicyBackend, PolicyObservation, actions_array
 
 
 def _bounded(fn: Callable, timeout: float, on_timeout: Callable[[], None] = lambda: None):

@@ -37,43 +37,23 @@ import numpy as np
 
 from rpent_contract.control_space import ControlSpaceSpec
 from rpent_contract.images import encode_png
-from rpent_contract.rpc import RpcClient, RpcFailed
 
 from ..model_io import ModelIO
-from ..policy import BackendError, ModelMeta, PolicyBackend, PolicyObservation
+from ..policy import BackendError, ModelMeta, PolicyObservation, actions_array
+from .rpc_base import RpcBackend
 
 PI05_IMAGE_KEYS = ("main", "wrist", "extra")
 
 
-def actions_array(value, action_dim: int, what: str) -> np.ndarray:
-    """Check an answered chunk: a finite (horizon >= 1, action_dim) array."""
-    try:
-        actions = np.asarray(value, dtype=np.float64)
-    except (TypeError, ValueError):
-        raise BackendError(f"{what} answered actions that are not a numeric array") from None
-    if actions.ndim != 2 or actions.shape[0] < 1 or actions.shape[1] != action_dim:
-        raise BackendError(
-            f"{what} answered actions of shape {actions.shape}; expected (horizon, {action_dim}) "
-            f"with horizon >= 1: check that the server runs the model this client expects")
-    if not np.all(np.isfinite(actions)):
-        raise BackendError(f"{what} answered non-finite actions (NaN or inf): check the model")
-    return actions
-
-
-class _RpcBackend(PolicyBackend):
-    """What both servers share: the connection, the health check, metadata from
-    configuration, a model's inputs and the chunk cut."""
-
-    kind = ""
+class _VlaBackend(RpcBackend):
+    """What both servers share: metadata from configuration, a model's inputs and the chunk
+    cut."""
 
     def __init__(self, endpoint: str, *, action_space: ControlSpaceSpec, io: ModelIO,
                  chunk_size: int = 0, control_rate: float = 20.0, timeout: float = 30.0,
                  connect_timeout: float = 5.0):
-        self._rpc = RpcClient(endpoint, server=f"{self.kind} server", timeout=timeout,
-                              connect_timeout=connect_timeout, error=BackendError)
-        self.endpoint = self._rpc.endpoint
+        super().__init__(endpoint, timeout=timeout, connect_timeout=connect_timeout)
         self._space, self._io, self._chunk_size = action_space, io, chunk_size
-        self._call("healthz", timeout=connect_timeout)
         height, width = io.camera_size
         self._meta = ModelMeta(
             backend=type(self).name, checkpoint=self.endpoint, checkpoint_id=self.endpoint,
@@ -82,31 +62,16 @@ class _RpcBackend(PolicyBackend):
             control_rate=control_rate, default_timeout=timeout,
             extra={"endpoint": self.endpoint, "model_io": io.name})
 
-    @property
-    def meta(self) -> ModelMeta:
-        return self._meta
-
-    def _call(self, method: str, args: tuple = (), kwargs: Optional[dict] = None,
-              timeout: Optional[float] = None):
-        try:
-            return self._rpc.call(method, args, kwargs, timeout)
-        except RpcFailed as err:
-            raise BackendError(f"{err}: check the server's log and that it serves the model "
-                               "this node is configured for") from None
-
     def _chunk(self, rows) -> np.ndarray:
         actions = actions_array(rows, self._space.dim, self.endpoint)
         return actions[: self._chunk_size] if self._chunk_size else actions
 
-    def close(self) -> None:
-        self._rpc.close()
 
-
-class RpentHttpBackend(_RpcBackend):
+class RpentHttpBackend(_VlaBackend):
     """The LIBERO π0.5 VLA server's ``predict`` (see the module docstring)."""
 
     name = "rpent_http"
-    kind = "VLA"
+    kind = "VLA server"
 
     def __init__(self, endpoint: str, **kwargs):
         super().__init__(endpoint, **kwargs)
@@ -143,7 +108,7 @@ class RpentHttpBackend(_RpcBackend):
         return self._chunk(batch[0])
 
 
-class RpentVlaBackend(_RpcBackend):
+class RpentVlaBackend(_VlaBackend):
     """The unified VLA facade's ``vla.*`` routes (see the module docstring).
 
     ``action_keys`` orders the answer's ``action.*`` arrays into the chunk's columns
@@ -152,20 +117,15 @@ class RpentVlaBackend(_RpcBackend):
     """
 
     name = "rpent_vla"
-    kind = "VLA facade"
+    kind = "VLA facade server"
 
     def __init__(self, endpoint: str, *, action_keys: Sequence[str] = (), **kwargs):
         super().__init__(endpoint, **kwargs)
         self._action_keys = tuple(action_keys)
         self._seen: set = set()  # sessions the policy holds a memory for
         self._lock = threading.Lock()
-        try:
-            modality = self._rpc.call("vla.get_modality_config",
-                                      timeout=self._rpc.connect_timeout)
-        except RpcFailed as err:
-            if not err.unknown_method:
-                raise BackendError(f"{err}: check the server's log") from None
-            modality = {}
+        modality = self._optional("vla.get_modality_config", dict,
+                                  timeout=self._rpc.connect_timeout)
         history = (modality or {}).get("video_delta_indices") or [0]
         if len(history) > 1:
             raise BackendError(

@@ -31,10 +31,10 @@ from typing import Optional
 import numpy as np
 
 from rpent_contract.control_space import ControlSpaceSpec
-from rpent_contract.rpc import RpcClient, RpcFailed
 
 from ..model_io import ModelIO
-from ..policy import BackendError, ModelMeta, PolicyBackend, PolicyObservation, Prediction
+from ..policy import BackendError, ModelMeta, PolicyObservation, Prediction, actions_array
+from .rpc_base import RpcBackend
 
 # The control contract a WAM worker declares for each of this project's action spaces.
 CONTROLS = {
@@ -57,8 +57,8 @@ def _images(value, roles) -> dict:
             for k, v in node.items():
                 walk(v, str(k))
             return
-        if isinstance(node, (list, tuple)):
-            node = np.asarray(node) if node and isinstance(node[0], np.ndarray) else None
+        if isinstance(node, (list, tuple)):  # frames in order: the last is the latest
+            node = node[-1] if node and isinstance(node[-1], np.ndarray) else None
         if isinstance(node, np.ndarray) and node.dtype == np.uint8 and node.ndim >= 3 \
                 and node.shape[-1] == 3 and node.size:
             image = node.reshape((-1,) + node.shape[-3:])[-1]
@@ -71,8 +71,9 @@ def _images(value, roles) -> dict:
     return found
 
 
-class WamBackend(PolicyBackend):
+class WamBackend(RpcBackend):
     name = "rpent_wam"
+    kind = "WAM worker"
 
     def __init__(self, endpoint: str, *, action_space: ControlSpaceSpec, io: ModelIO,
                  chunk_size: int = 0, control_rate: float = 20.0, timeout: float = 0.0,
@@ -83,11 +84,10 @@ class WamBackend(PolicyBackend):
             raise BackendError(f"no WAM control contract stands for the action space "
                                f"'{action_space.name}' (known: {', '.join(CONTROLS)}): run the "
                                "worker on a robot with one of those")
-        self._rpc = RpcClient(endpoint, server="WAM worker", timeout=timeout or DEFAULT_TIMEOUT_S,
-                              connect_timeout=connect_timeout, error=BackendError)
-        self.endpoint, self._io, self._control = self._rpc.endpoint, io, control
+        super().__init__(endpoint, timeout=timeout or DEFAULT_TIMEOUT_S,
+                         connect_timeout=connect_timeout)
+        self._io, self._control = io, control
         self._space, self._chunk_size = action_space, chunk_size
-        self._call("healthz", timeout=connect_timeout)
         caps = self._capabilities(connect_timeout)
         self._check(caps, expected_backend)
         self._roles = {spec.key: spec.camera for spec in io.images}
@@ -106,24 +106,9 @@ class WamBackend(PolicyBackend):
             predicts_future=bool(caps.get("returns_future_observation")),
             predicts_value=bool(caps.get("returns_value")))
 
-    @property
-    def meta(self) -> ModelMeta:
-        return self._meta
-
-    def _call(self, method: str, args: tuple = (), timeout: Optional[float] = None):
-        try:
-            return self._rpc.call(method, args, timeout=timeout)
-        except RpcFailed as err:
-            raise BackendError(f"{err}: check the worker's log and that it serves the model "
-                               "this node is configured for") from None
-
     def _capabilities(self, timeout: float) -> dict:
-        try:
-            caps = self._rpc.call("wam.get_model_meta", timeout=timeout)
-        except RpcFailed as err:
-            if not err.unknown_method:
-                raise BackendError(f"{err}: check the worker's log") from None
-            caps = self._call("wam.capabilities", timeout=timeout)
+        caps = self._optional("wam.get_model_meta",
+                              lambda: self._call("wam.capabilities", timeout=timeout), timeout)
         if not isinstance(caps, dict) or not isinstance(caps.get("control"), dict):
             raise BackendError(f"{self.endpoint} answered model metadata without a 'control' "
                                "dictionary: check that it is an RPent WAM worker")
@@ -167,19 +152,11 @@ class WamBackend(PolicyBackend):
         answer = self._call("wam.predict", (request,))
         if not isinstance(answer, dict) or "actions" not in answer:
             raise BackendError(f"wam.predict answer from {self.endpoint} has no 'actions'")
-        dim = self._space.dim
-        try:
-            actions = np.asarray(answer["actions"], dtype=np.float64)
-        except (TypeError, ValueError):
-            raise BackendError("WAM actions must be numeric without NaN or Inf") from None
-        if actions.ndim != 2 or not actions.shape[0] or actions.shape[1] != dim:
-            raise BackendError(f"WAM actions must have non-empty [chunk, {dim}] shape (got "
-                               f"{actions.shape})")
+        actions = actions_array(answer["actions"], self._space.dim, self.endpoint)
         if self._worker_chunk and actions.shape[0] != self._worker_chunk:
-            raise BackendError(f"WAM prediction must contain {self._worker_chunk} actions "
-                               f"(got {actions.shape[0]})")
-        if not np.all(np.isfinite(actions)):
-            raise BackendError("WAM actions must be numeric without NaN or Inf")
+            raise BackendError(f"{self.endpoint} answered {actions.shape[0]} actions; its "
+                               f"model metadata says it predicts {self._worker_chunk}: check "
+                               "the worker's checkpoint")
         future = {}
         if self._meta.predicts_future and answer.get("future_observation") is not None:
             future = {self._roles.get(role, role): image for role, image in
@@ -195,6 +172,3 @@ class WamBackend(PolicyBackend):
 
     def reset(self, session: Optional[str] = None) -> None:
         self._call("wam.reset")
-
-    def close(self) -> None:
-        self._rpc.close()
