@@ -48,8 +48,8 @@ def test_episode_video_is_browser_playable_h264(tmp_path):
         agentview = np.zeros((65, 97, 3), np.uint8)          # odd sizes: yuv420p needs even
         agentview[10:30, step:step + 10] = (255, 0, 0)
         wrist = np.full((33, 49, 3), 90, np.uint8)           # another height: scaled to 65
-        video.offer(step, {"agentview": agentview, "wrist": wrist})
-        video.offer(step, {"agentview": agentview, "wrist": wrist})   # same step: one frame
+        video.offer(step, {"agentview": agentview, "wrist": wrist}, step / 20)
+        video.offer(step, {"agentview": agentview, "wrist": wrist}, step / 20)  # one frame
     out = video.write(tmp_path / "episode.mp4")
 
     top, entry = mp4_layout(out)

@@ -483,6 +483,8 @@ class AgentNode(Node):
             try:
                 path = video.write(run_dir / "episode.mp4")
                 outcome["video"] = str(path) if path else None
+                if video.dropped:
+                    outcome["video_frames_left_out"] = video.dropped
             except Exception as err:  # noqa: BLE001 - a lost video must not lose the result
                 outcome["video_error"] = str(err)
         transcript.finish(outcome, extra)

@@ -1,12 +1,14 @@
-"""The episode video: one frame per executed control step, all cameras side by side.
+"""The episode video: all cameras side by side, as long as the run took.
 
-Frames are taken from the camera topics when the robot's episode step advances, so the
-video shows the motion at the control rate and skips the time the planner spends thinking.
-A camera slower than the control rate (``camera_rate``) has its frames held over the steps
-between them, so the video still lasts as long as the motion did.
+Frames come from the camera topics, placed in time by their stamps, so the time the planner
+spends thinking shows the scene held as it was. One thing is not wall time: each executed
+control step lasts at least one control period, so a simulator stepping faster than real time
+shows the motion at the speed the robot's controller commands it. A camera slower than the
+control rate (``camera_rate``) has its frame held over the steps between its frames.
 """
 from __future__ import annotations
 
+import math
 import threading
 from pathlib import Path
 from typing import Optional
@@ -18,32 +20,57 @@ from rpent_bag.video import write_mp4
 
 
 class EpisodeVideo:
-    def __init__(self, fps: float, max_frames: int = 20_000):
+    """``fps``: the robot's control rate. ``max_frames`` bounds the video (20 fps: 30 min);
+    ``dropped`` counts the frames beyond it."""
+
+    def __init__(self, fps: float, max_frames: int = 36_000):
         self.fps = fps
         self.max_frames = max_frames
+        self._period = 1.0 / fps
         self._frames: list[np.ndarray] = []
         self._last_step: Optional[int] = None
+        self._end = 0.0  # the stamp the video reaches so far
+        self._held = 0.0  # time beyond the steps' periods not yet a whole frame, s
         self._lock = threading.Lock()
         self.dropped = 0
 
-    def offer(self, step: int, images: dict) -> None:
-        """Record ``images`` (camera -> RGB array) if the episode advanced to ``step``."""
-        if not images or step == self._last_step:
+    def offer(self, step: int, images: dict, stamp: float) -> None:
+        """The cameras' ``images`` (camera -> RGB array) measured at ``stamp`` (s), with the
+        robot at episode step ``step``."""
+        if not images:
             return
         with self._lock:
-            last, self._last_step = self._last_step, step
-            # The steps since the last frame; a new episode (a lower step) starts afresh.
-            repeat = step - last if last is not None and step > last else 1
-            room = self.max_frames - len(self._frames)
-            if repeat > room:
-                self.dropped += repeat - max(room, 0)
-                repeat = room
-            if repeat <= 0:
+            if self._last_step is None:
+                steps, held, self._end = 1, 0.0, stamp
+            else:
+                # A new episode (a lower step) counts as one step.
+                steps = 0 if step == self._last_step else \
+                    step - self._last_step if step > self._last_step else 1
+                end = max(self._end + steps * self._period, stamp)
+                held, self._end = end - self._end - steps * self._period, end
+            self._last_step = step
+            self._held += held
+            holds = math.floor(self._held / self._period + 1e-9)
+            self._held -= holds * self._period
+            if not steps and not holds:
                 return
-            height = max(im.shape[0] for im in images.values())
-            tiles = [im if im.shape[0] == height else cv2.resize(
-                im, (int(im.shape[1] * height / im.shape[0]), height)) for im in images.values()]
-            self._frames.extend([np.concatenate(tiles, axis=1)] * repeat)
+            frame = self._tile(images)
+            # Time that passed without a step shows what the cameras saw before it.
+            before = self._frames[-1] if steps and self._frames else frame
+            self._append(before, holds)
+            self._append(frame, steps)
+
+    def _append(self, frame: np.ndarray, count: int) -> None:
+        room = self.max_frames - len(self._frames)
+        self.dropped += max(0, count - max(room, 0))
+        self._frames.extend([frame] * max(0, min(count, room)))
+
+    @staticmethod
+    def _tile(images: dict) -> np.ndarray:
+        height = max(im.shape[0] for im in images.values())
+        return np.concatenate([im if im.shape[0] == height else cv2.resize(
+            im, (int(im.shape[1] * height / im.shape[0]), height)) for im in images.values()],
+            axis=1)
 
     def __len__(self) -> int:
         return len(self._frames)

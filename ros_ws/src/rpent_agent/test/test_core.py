@@ -138,14 +138,14 @@ def test_transcript_and_video_files(tmp_path):
 
     video = EpisodeVideo(fps=20)
     frame = {"a": np.zeros((32, 32, 3), np.uint8), "b": np.full((16, 16, 3), 255, np.uint8)}
-    for step in (1, 1, 2, 3):  # a repeated step (robot idle) adds no frame
-        video.offer(step, frame)
+    for step, stamp in ((1, 0.0), (1, 0.0), (2, 0.05), (3, 0.1)):  # a repeated frame adds none
+        video.offer(step, frame, stamp)
     assert len(video) == 3
     # A camera slower than the control rate: its frame holds over the steps it skipped, so
     # the video lasts as long as the motion.
-    video.offer(6, frame)
+    video.offer(6, frame, 0.25)
     assert len(video) == 6
-    video.offer(2, frame)  # a new episode starts afresh
+    video.offer(2, frame, 0.3)  # a new episode starts afresh
     assert len(video) == 7
     out = video.write(tmp_path / "episode.mp4")
     cap = cv2.VideoCapture(str(out))
@@ -153,6 +153,31 @@ def test_transcript_and_video_files(tmp_path):
     assert int(cap.get(cv2.CAP_PROP_FRAME_WIDTH)) == 64  # cameras side by side
     cap.release()
     assert EpisodeVideo(fps=20).write(tmp_path / "none.mp4") is None
+
+
+def test_the_episode_video_lasts_as_long_as_the_run_with_motion_at_the_control_rate(tmp_path):
+    """Thinking time is the scene held, in real time; a simulator faster than real time still
+    shows one frame per control step."""
+    dark, light = ({"a": np.full((32, 32, 3), v, np.uint8)} for v in (0, 255))
+    video = EpisodeVideo(fps=20)
+    video.offer(0, dark, 100.0)
+    video.offer(0, dark, 102.0)  # two seconds of thought, the cameras still publishing
+    assert len(video) == 41
+    for step in range(1, 11):  # ten steps in a tenth of a second
+        video.offer(step, light, 102.0 + 0.01 * step)
+    assert len(video) == 51
+    # Two seconds with no frame at all (a camera that publishes only while the arm moves):
+    # the scene before them is held, then the new step shows.
+    video.offer(11, dark, 104.5)
+    assert len(video) == 51 + 39 + 1
+    out = video.write(tmp_path / "episode.mp4")
+    cap = cv2.VideoCapture(str(out))
+    levels = []
+    while (ok := cap.read())[0]:
+        levels.append(ok[1].mean())
+    cap.release()
+    assert len(levels) == 91
+    assert max(levels[:41]) < 30 and min(levels[41:90]) > 220 and levels[90] < 30
 
 
 def test_the_mcp_server_on_a_busy_port_says_which_setting_to_change():
