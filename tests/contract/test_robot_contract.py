@@ -14,7 +14,6 @@ import time
 import numpy as np
 import pytest
 from action_msgs.msg import GoalStatus
-from builtin_interfaces.msg import Time
 from geometry_msgs.msg import PoseStamped
 from sensor_msgs.msg import CameraInfo, Image, JointState
 
@@ -22,6 +21,7 @@ from rpent_contract.processes import answered_once, wait_until
 from rpent_contract.control_space import array_to_chunk
 from rpent_contract.images import image_to_numpy
 from rpent_contract.qos import IMAGE_QOS, LATCHED_QOS, REQUEST_QOS, STATE_QOS
+from rpent_testkit.bursts import now_stamp
 from rpent_interfaces.action import ExecuteChunk, MoveTo
 from rpent_interfaces.msg import RobotState, TaskStatus
 
@@ -245,59 +245,28 @@ def _start_long_chunk(robot, steps=400):
     seen = []
     goal = ExecuteChunk.Goal()
     array_to_chunk(rows, space, goal.chunk)
-    # A stamp of its own names this chunk's steps on executed_actions.
-    now = time.time_ns()
-    goal.chunk.header.stamp = Time(sec=now // 10**9, nanosec=now % 10**9)
+    goal.chunk.header.stamp = now_stamp()
     run = robot.client.send("execute_chunk", goal, feedback=lambda fb: seen.append(
         fb.feedback.step))
     wait_until(lambda: len(seen) >= 3, 60, what="three feedback steps")
     return run, seen, goal.chunk.header.stamp
 
 
-class ExecutedSteps:
-    """When the robot carried out each step of a chunk, by its own stamps on executed_actions
-    (the system clock, as ``time.time()`` reads it)."""
-
-    def __init__(self, node):
-        from rpent_contract.qos import EXECUTED_QOS
-        from rpent_interfaces.msg import ExecutedAction
-
-        self._lock = threading.Lock()
-        self._stamps: dict[tuple, list] = {}
-        self.sub = node.create_subscription(ExecutedAction, "executed_actions", self._on_step,
-                                            EXECUTED_QOS)
-
-    def _on_step(self, msg):
-        key = (msg.chunk_stamp.sec, msg.chunk_stamp.nanosec)
-        with self._lock:
-            self._stamps.setdefault(key, []).append(
-                msg.header.stamp.sec + 1e-9 * msg.header.stamp.nanosec)
-
-    def of(self, chunk_stamp) -> list:
-        with self._lock:
-            return list(self._stamps.get((chunk_stamp.sec, chunk_stamp.nanosec), []))
-
-    def assert_halted_at_the_step_in_flight(self, chunk_stamp, result, answered_at: float,
-                                            what: str):
-        """After a stop or cancel answered at ``answered_at`` only the step in flight may
-        run. Judged on the robot's stamps rather than on how much feedback had reached this
-        process: on a loaded machine that lags a simulator not held to real time by several
-        steps."""
-        steps = result.steps_executed
-        stamps = wait_until(lambda: (lambda s: s if len(s) >= steps else None)(
-            self.of(chunk_stamp)), 10, what=f"executed_actions of all {steps} steps")
-        before = sum(t <= answered_at for t in stamps)
-        assert steps <= before + 1, (f"{steps} steps executed, {before} of them before the "
-                                     f"{what} was answered")
+def _assert_halted_at_the_step_in_flight(executed, chunk_stamp, result, answered_at: float,
+                                        what: str):
+    after = executed.run_after(chunk_stamp, result.steps_executed, answered_at)
+    assert after <= 1, (f"{after} of {result.steps_executed} steps ran after the {what} was "
+                        "answered; only the step in flight may")
 
 
 @pytest.fixture
 def executed_steps(probe_node):
+    from rpent_testkit.bursts import ExecutedSteps
+
     steps = ExecutedSteps(probe_node)
-    wait_until(lambda: probe_node.count_publishers("/executed_actions") > 0, 10,
-               what="the robot's executed_actions publisher")
+    steps.wait_for_robot()
     yield steps
-    probe_node.destroy_subscription(steps.sub)
+    probe_node.destroy_subscription(steps.subscription)
 
 
 def _assert_holds_still(current_state, seconds=1.0):
@@ -316,7 +285,7 @@ def test_cancel_halts_within_one_control_period(robot, current_state, executed_s
     status, result = run.result(30)
     assert status == CANCELED
     assert result.outcome == ExecuteChunk.Result.OUTCOME_CANCELED
-    executed_steps.assert_halted_at_the_step_in_flight(stamp, result, answered_at, "cancel")
+    _assert_halted_at_the_step_in_flight(executed_steps, stamp, result, answered_at, "cancel")
     _assert_holds_still(current_state)
 
 
@@ -328,7 +297,7 @@ def test_stop_service_halts_and_robot_keeps_serving(robot, current_state, execut
     status, result = run.result(30)
     assert status == ABORTED
     assert "stop" in result.message
-    executed_steps.assert_halted_at_the_step_in_flight(stamp, result, answered_at, "stop")
+    _assert_halted_at_the_step_in_flight(executed_steps, stamp, result, answered_at, "stop")
     _assert_holds_still(current_state)
     assert current_state().mode == RobotState.MODE_STOPPED
     space, rows = robot.spec.wiggle(robot.info, 2)
@@ -510,8 +479,8 @@ def test_stops_and_cancels_sent_together_during_a_chunk_are_all_answered(robot, 
         assert all(a.success for a in answers), {a.message for a in answers}
         status, result = run.result(30)
         assert status == ABORTED and "stop" in result.message, result.message
-        executed_steps.assert_halted_at_the_step_in_flight(
-            stamp, result, min(burst.answered_at), "first stop")
+        _assert_halted_at_the_step_in_flight(
+            executed_steps, stamp, result, min(burst.answered_at), "first stop")
         _assert_holds_still(current_state)
 
         run, _seen, stamp = _start_long_chunk(robot)
@@ -520,8 +489,8 @@ def test_stops_and_cancels_sent_together_during_a_chunk_are_all_answered(robot, 
         status, result = run.result(30)
         assert status == CANCELED, result.message
         # The running goal's cancel is the burst's first request.
-        executed_steps.assert_halted_at_the_step_in_flight(
-            stamp, result, burst.answered_at[0], "cancel")
+        _assert_halted_at_the_step_in_flight(
+            executed_steps, stamp, result, burst.answered_at[0], "cancel")
         _assert_holds_still(current_state)
 
 

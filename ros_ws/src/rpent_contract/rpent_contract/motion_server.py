@@ -103,7 +103,8 @@ class MotionServer:
         ]
         services = ReentrantCallbackGroup()
         service(node, ResetEpisode, RESET_SERVICE, self._reset, callback_group=services)
-        service(node, Trigger, STOP_SERVICE, self._stop, callback_group=services)
+        service(node, Trigger, STOP_SERVICE, self._stop, callback_group=services,
+                coalesce=True)
 
     def interrupt(self, reason: str) -> None:
         """Stop whatever motion runs (the node is going away)."""

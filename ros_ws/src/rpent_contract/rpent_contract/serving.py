@@ -23,16 +23,70 @@ RESULT_KEEP_S = 30.0
 
 def action_server(node, action_type, name: str, *, execute_callback, **kwargs) -> ActionServer:
     kwargs.setdefault("result_timeout", RESULT_KEEP_S)
-    return ActionServer(node, action_type, name,
-                        execute_callback=_answering(node, name, action_type, execute_callback),
-                        goal_service_qos_profile=REQUEST_QOS,
-                        result_service_qos_profile=REQUEST_QOS,
-                        cancel_service_qos_profile=REQUEST_QOS, **kwargs)
+    return _CancelsTogether(node, action_type, name,
+                            execute_callback=_answering(node, name, action_type,
+                                                        execute_callback),
+                            goal_service_qos_profile=REQUEST_QOS,
+                            result_service_qos_profile=REQUEST_QOS,
+                            cancel_service_qos_profile=REQUEST_QOS, **kwargs)
 
 
-def service(node, srv_type, name: str, callback, callback_group=None):
-    return node.create_service(srv_type, name, callback, qos_profile=REQUEST_QOS,
-                               callback_group=callback_group)
+def service(node, srv_type, name: str, callback, callback_group=None, coalesce: bool = False):
+    """``coalesce``: one answer serves every request waiting when it is made (requests that
+    all mean the same, as ``stop`` does), so a burst is answered in one or two executor rounds
+    rather than one round per request."""
+    if not coalesce:
+        return node.create_service(srv_type, name, callback, qos_profile=REQUEST_QOS,
+                                   callback_group=callback_group)
+    server = []
+
+    def answer_all(request, response):
+        response = callback(request, response)
+        for header in _waiting(server[0]):
+            server[0].send_response(response, header)
+        return response
+
+    server.append(node.create_service(srv_type, name, answer_all, qos_profile=REQUEST_QOS,
+                                      callback_group=callback_group))
+    return server[0]
+
+
+def _waiting(srv):
+    """The headers of the requests waiting on ``srv``, taken as the executor takes them."""
+    while True:
+        with srv.handle:
+            taken = srv.handle.service_take_request(srv.srv_type.Request)
+        # Nothing waiting: None (Humble) or a pair with no header (Jazzy).
+        if not taken or taken[0] is None or taken[1] is None:
+            return
+        yield taken[1]
+
+
+class _CancelsTogether(ActionServer):
+    """rclpy takes one cancel request per executor round, and a round costs about a
+    millisecond or two in a busy node: the last of fifty cancels sent at once waited for all
+    the others. This server takes every cancel waiting in the round the first is taken, and
+    handles them in order."""
+
+    def take_data(self):
+        data = super().take_data()
+        if "cancel" in data:
+            more = []
+            while True:
+                with self._lock:
+                    taken = self._handle.take_cancel_request(
+                        self._action_type.Impl.CancelGoalService.Request)
+                if not all(taken):  # (None, None): nothing waiting
+                    break
+                more.append(taken)
+            data["more_cancels"] = more
+        return data
+
+    async def execute(self, taken_data):
+        more = taken_data.pop("more_cancels", ())
+        await super().execute(taken_data)
+        for each in more:
+            await self._execute_cancel_request(each)
 
 
 def _answering(node, name: str, action_type, execute):

@@ -13,12 +13,14 @@ import uuid
 import numpy as np
 from action_msgs.msg import GoalInfo
 from action_msgs.srv import CancelGoal
+from builtin_interfaces.msg import Time
 from std_srvs.srv import Trigger
 from unique_identifier_msgs.msg import UUID
 
 from rpent_contract.client import spin_in_thread
-from rpent_contract.names import EXECUTE_CHUNK_ACTION, STOP_SERVICE
-from rpent_contract.qos import REQUEST_QOS
+from rpent_contract.names import EXECUTE_CHUNK_ACTION, EXECUTED_ACTIONS_TOPIC, STOP_SERVICE
+from rpent_contract.processes import answered_once, wait_until
+from rpent_contract.qos import EXECUTED_QOS, REQUEST_QOS
 
 
 def wiggle(info, steps: int) -> tuple:
@@ -32,6 +34,55 @@ def wiggle(info, steps: int) -> tuple:
     rows = np.zeros((steps, len(space.lower)))
     rows[:, 0] = 0.3 * space.upper[0] * np.where(np.arange(steps) % 2 == 0, 1.0, -1.0)
     return space.name, rows
+
+
+def now_stamp() -> Time:
+    """The time now, as a stamp no other chunk of this process has: set as a chunk's
+    ``header.stamp``, it names that chunk's steps on executed_actions."""
+    now = time.time_ns()
+    return Time(sec=now // 10**9, nanosec=now % 10**9)
+
+
+class ExecutedSteps:
+    """When the robot carried out each step of a chunk, by its own stamps on executed_actions
+    (the system clock, as ``time.time()`` reads it), kept per chunk stamp."""
+
+    def __init__(self, node, topic: str = EXECUTED_ACTIONS_TOPIC):
+        from rpent_interfaces.msg import ExecutedAction
+
+        self._lock = threading.Lock()
+        self._stamps: dict[tuple, list] = {}
+        self._node = node
+        self.subscription = node.create_subscription(
+            ExecutedAction, topic, self._on_step, EXECUTED_QOS)
+
+    def wait_for_robot(self, timeout: float = 10.0) -> None:
+        """Until the robot's publisher is matched: steps before that would be missed."""
+        topic = self.subscription.topic_name
+        wait_until(lambda: self._node.count_publishers(topic) > 0, timeout,
+                   what=f"the robot's {topic} publisher")
+
+    def _on_step(self, msg) -> None:
+        key = (msg.chunk_stamp.sec, msg.chunk_stamp.nanosec)
+        with self._lock:
+            self._stamps.setdefault(key, []).append(
+                msg.header.stamp.sec + 1e-9 * msg.header.stamp.nanosec)
+
+    def run_after(self, chunk_stamp, steps: int, at: float, timeout: float = 10.0) -> int:
+        """How many of the chunk's ``steps`` the robot carried out after ``at``
+        (``time.time()``), once all of them have been received. After a stop or cancel
+        answered at ``at`` only the step in flight may run: judged on the robot's stamps, not
+        on how much feedback had reached the client, which a loaded machine delays by several
+        steps of a simulator not held to real time."""
+        key = (chunk_stamp.sec, chunk_stamp.nanosec)
+
+        def received():
+            with self._lock:
+                stamps = list(self._stamps.get(key, ()))
+            return stamps if len(stamps) >= steps else None
+
+        stamps = wait_until(received, timeout, what=f"executed_actions of all {steps} steps")
+        return sum(t > at for t in stamps)
 
 
 class Burst:
@@ -57,16 +108,32 @@ class Burst:
         self._cancel = [n.create_client(CancelGoal,
                                         f"{prefix}{EXECUTE_CHUNK_ACTION}/_action/cancel_goal",
                                         qos_profile=REQUEST_QOS) for n in self._nodes]
+        # What the robot did, by its stamps, to compare with when the answers came.
+        self.executed = ExecutedSteps(self._nodes[0], prefix + EXECUTED_ACTIONS_TOPIC)
         self._executor = MultiThreadedExecutor(num_threads=self._clients)
         for node in self._nodes:
             self._executor.add_node(node)
         self._thread = spin_in_thread(self._executor, "burst-clients")
+        try:
+            self._warm_up()
+        except TimeoutError:
+            self.__exit__()
+            raise
+        return self
+
+    def _warm_up(self) -> None:
         for client in self._stop + self._cancel:
             if not client.wait_for_service(timeout_sec=self._timeout):
-                self.__exit__()
                 raise TimeoutError(f"{client.srv_name} not available after {self._timeout:g} "
                                    "s; is the robot node running in this ROS domain?")
-        return self
+        # A server's first answers to a new client wait on DDS discovering it (or are lost
+        # and sent again): one answered call per client first, so a burst times the robot.
+        unknown_goal = CancelGoal.Request(goal_info=GoalInfo(goal_id=UUID(
+            uuid=list(uuid.uuid4().bytes))))
+        for client, request in [(c, Trigger.Request()) for c in self._stop] + \
+                [(c, unknown_goal) for c in self._cancel]:
+            answered_once(lambda c=client, r=request: c.call_async(r),
+                          f"an answer from {client.srv_name}", timeout=self._timeout)
 
     def __exit__(self, *_exc) -> None:
         self._executor.shutdown()
