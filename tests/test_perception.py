@@ -88,6 +88,45 @@ def test_locate_finds_each_named_object_where_the_simulator_has_it(robot):
     assert basket.success and basket.extents[0].z > 0.1
 
 
+def test_back_project_gives_the_point_the_simulator_has_at_a_pixel(robot):
+    """A model points at a pixel of an image it was shown: the perception node (depth,
+    camera_info and tf over ROS) and the agent's back_project tool give the base-frame point
+    the simulator's own camera data has there. The simulator's data is checked against
+    MuJoCo's ray through the pixel in rpent_perception's geometry tests."""
+    from rpent_agent.observer import RobotObserver
+    from rpent_agent.toolkit import RunState, Toolkit
+    from rpent_env_sim.libero_sim import LiberoSim
+    from rpent_perception.client import PerceptionClient
+    from rpent_perception.geometry import Intrinsics, back_project
+
+    client, info, _, _ = robot
+    with LiberoSim(SUITE, TASK, init_state_index=0) as sim:
+        frame = sim.observe().images["agentview"]
+        labels, names = sim.segmentation("agentview")
+    rows, cols = np.nonzero(labels == names.index("alphabet_soup_1"))
+    u, v = float(np.median(cols)), float(np.median(rows))
+    truth = back_project(u, v, frame.depth, Intrinsics(frame.fx, frame.fy, frame.cx, frame.cy),
+                         frame.position, frame.orientation)
+    perception = PerceptionClient(client.node)
+    perception.wait_ready(30)
+    point, message = perception.back_project("agentview", u, v, 30)
+    assert point is not None, message
+    assert np.linalg.norm(point - truth) < 0.01, (point, truth)
+
+    toolkit = Toolkit(client, info, RobotObserver(client.node, info.camera_names),
+                      RunState(SOUP, 10, 0), perception=perception, images=False)
+    result = toolkit.call("back_project", {"camera": "agentview", "u": u, "v": v})
+    assert result.ok, result.text
+    np.testing.assert_allclose(result.data["position"], point, atol=1e-6)
+    assert "base_link" in result.text
+    for arguments, why in (({"camera": "agentview", "u": 128, "v": 3}, "outside the 128x128"),
+                           ({"camera": "front", "u": 3, "v": 3}, "unknown camera 'front'")):
+        refused = toolkit.call("back_project", arguments)
+        assert not refused.ok and why in refused.text, refused.text
+    _, message = perception.back_project("agentview", float("nan"), 3.0, 30)
+    assert "not finite" in message
+
+
 def test_segment_answers_masks_and_says_why_when_it_cannot(robot):
     client, _, segment, locate = robot
     absent = call(client, segment, Segment.Request(camera="agentview", query="ketchup"))

@@ -216,6 +216,14 @@ class Toolkit:
                          "camera": {"type": "string", "enum": cameras,
                                     "description": "only this camera; default all"}},
                       "required": ["query"]}, self._locate),
+                Tool("back_project", f"Where is what a camera shows at a pixel? Gives the "
+                     f"point in the {info.base_frame} frame (m) on the surface seen at pixel "
+                     "(u, v) of that camera's image as the results show it: u the column from "
+                     "the left edge, v the row from the top, both from 0.",
+                     {"type": "object", "properties": {
+                         "camera": {"type": "string", "enum": cameras},
+                         "u": _NUMBER, "v": _NUMBER},
+                      "required": ["camera", "u", "v"]}, self._back_project),
             ]
         if self.executor is not None:
             meta = self.model_meta
@@ -523,6 +531,14 @@ class Toolkit:
             f"{'; partly out of view, so the centre is of the part seen' if o.partial else ''})"
             for o in objects]
         return ToolResult("\n".join(lines), data={"objects": objects})
+
+    def _back_project(self, camera, u, v) -> ToolResult:
+        point, message = self.perception.back_project(str(camera), float(u), float(v),
+                                                      self.timeouts.service)
+        if point is None:
+            return ToolResult(f"back_project could not tell: {message}", ok=False)
+        return ToolResult(f"{camera} pixel ({float(u):g}, {float(v):g}) is at {_fmt(point)} m "
+                          f"in {self.info.base_frame}", data={"position": point.tolist()})
 
     def _run_policy(self, instruction, max_chunks) -> ToolResult:
         steps = self._steps_left() if self.run.max_steps else 10_000

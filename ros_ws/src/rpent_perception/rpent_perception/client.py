@@ -6,7 +6,7 @@ import numpy as np
 
 from rpent_contract.client import ContractTimeout, ask
 from rpent_contract.perception import detections_from_response, located_from_response
-from rpent_interfaces.srv import Locate, Segment
+from rpent_interfaces.srv import BackProject, Locate, Segment
 
 _COLOURS = [(230, 25, 75), (60, 180, 75), (0, 130, 200), (245, 130, 48), (145, 30, 180),
             (70, 240, 240), (240, 50, 230), (210, 245, 60)]
@@ -19,9 +19,10 @@ class PerceptionClient:
         self.name = name
         self._segment = node.create_client(Segment, f"{name}/segment")
         self._locate = node.create_client(Locate, f"{name}/locate")
+        self._back_project = node.create_client(BackProject, f"{name}/back_project")
 
     def wait_ready(self, timeout: float) -> None:
-        for client in (self._segment, self._locate):
+        for client in (self._segment, self._locate, self._back_project):
             if not client.wait_for_service(timeout_sec=timeout):
                 raise ContractTimeout(
                     f"perception service '{client.srv_name}' not available after {timeout:g} "
@@ -39,6 +40,13 @@ class PerceptionClient:
         response = ask(self._locate, Locate.Request(query=query, camera=camera), timeout,
                        f"{self.name}/locate")
         return located_from_response(response), response.message
+
+    def back_project(self, camera: str, u: float, v: float, timeout: float):
+        """(base-frame point as a 3-array, or None when it cannot be told, message)."""
+        response = ask(self._back_project, BackProject.Request(camera=camera, u=u, v=v),
+                       timeout, f"{self.name}/back_project")
+        p = response.point.point
+        return (np.array([p.x, p.y, p.z]) if response.success else None), response.message
 
 
 def annotate(rgb: np.ndarray, detections) -> np.ndarray:

@@ -11,7 +11,9 @@ image and camera_info, and the robot's tf, and answers:
   camera's newest image;
 * ``~/locate`` (rpent_interfaces/Locate): every camera's detections back-projected through
   depth, camera_info and tf into the robot base frame, one point per object (the view that
-  sees it whole and best wins).
+  sees it whole and best wins);
+* ``~/back_project`` (rpent_interfaces/BackProject): the base-frame point one camera sees at
+  a pixel of its image.
 
 Backends: ``sim`` (the simulator's own segmentation through ``sim/segment``: ground
 truth, for LIBERO) and ``sam3_http`` (the original RPent's SAM3 server, on either of
@@ -43,10 +45,10 @@ from rpent_contract.perception import fill_segment_response
 from rpent_contract.qos import TF_QOS, TF_STATIC_QOS, camera_sub_qos
 from rpent_contract.serving import service
 from rpent_contract.tf_tree import TfTree
-from rpent_interfaces.srv import Locate, Segment
+from rpent_interfaces.srv import BackProject, Locate, Segment
 
 from .backends import SegmentationBackend, SegmentationError
-from .geometry import Intrinsics, Located, locate_mask
+from .geometry import Intrinsics, Located, back_project, locate_mask
 
 BACKENDS = ("sim", "sam3_http")
 # Detections of one label closer than this (or than half the object's size) are the same
@@ -114,6 +116,7 @@ class PerceptionNode(Node):
         group = ReentrantCallbackGroup()
         service(self, Segment, "~/segment", self._segment, callback_group=group)
         service(self, Locate, "~/locate", self._locate, callback_group=group)
+        service(self, BackProject, "~/back_project", self._back_project, callback_group=group)
         self.get_logger().info(f"perception ready: backend {self.backend.name}, cameras "
                                f"{list(self.info.camera_names)}")
 
@@ -233,6 +236,17 @@ class PerceptionNode(Node):
             return [n for n, v in self._views.items() if v.depth is not None]
 
     def _locate_in(self, camera: str, query: str) -> list:
+        view, depth, *pose = self._depth_view(camera)
+        located = []
+        for det in self._detect(camera, view, query):
+            where = locate_mask(det.mask, depth, *pose)
+            if where is not None:
+                located.append((det.label, det.score, camera, where))
+        return located
+
+    def _depth_view(self, camera: str) -> tuple:
+        """(view, depth in m, intrinsics, camera position, orientation in the base frame as
+        of the depth image)."""
         view = self._fresh_view(camera, need_depth=True)
         depth = image_to_numpy(view.depth)
         if depth.dtype == np.uint16:  # 16UC1 depth is in millimetres (REP-118)
@@ -240,13 +254,24 @@ class PerceptionNode(Node):
         position, orientation = self.tf.lookup(
             self.base_frame, view.depth.header.frame_id or view.rgb.header.frame_id,
             stamp_to_ns(view.depth.header.stamp), self.max_age)
-        intrinsics = Intrinsics.from_camera_info(view.info)
-        located = []
-        for det in self._detect(camera, view, query):
-            where = locate_mask(det.mask, depth, intrinsics, position, orientation)
-            if where is not None:
-                located.append((det.label, det.score, camera, where))
-        return located
+        return view, depth, Intrinsics.from_camera_info(view.info), position, orientation
+
+    def _back_project(self, request, response):
+        try:
+            view, depth, intrinsics, position, orientation = self._depth_view(request.camera)
+            point = back_project(request.u, request.v, depth, intrinsics, position,
+                                 orientation)
+        except (ValueError, LookupError) as err:
+            response.message = f"{request.camera}: {err}"
+            return response
+        response.point.header = Header(frame_id=self.base_frame, stamp=view.depth.header.stamp)
+        response.point.point.x, response.point.point.y, response.point.point.z = \
+            (float(c) for c in point)
+        response.depth = float(depth[int(round(request.v)), int(round(request.u))])
+        response.success = True
+        response.message = (f"{request.camera} sees ({request.u:g}, {request.v:g}) at "
+                            f"{response.depth:.3f} m")
+        return response
 
     def shutdown(self) -> None:
         self.backend.close()

@@ -72,6 +72,44 @@ def test_back_project_of_a_pixel_is_on_the_surface_the_depth_image_shows(sim):
     assert distance == pytest.approx(frame.depth[row, col], rel=1e-3, abs=1e-3)
 
 
+def test_back_project_lands_where_the_simulators_own_ray_through_the_pixel_hits(sim):
+    """The point the simulator has at a pixel: MuJoCo's ray from the camera through that
+    pixel, against the geoms the camera renders. Pixels on a depth edge are left out: there
+    the ray and the depth sample may fall on different surfaces."""
+    import mujoco
+
+    from rpent_contract.geometry import quaternion_to_matrix, wxyz_to_xyzw
+
+    env_sim = sim.env.env.sim
+    model, data = env_sim.model._model, env_sim.data._data
+    rendered = np.array(env_sim._render_context_offscreen.vopt.geomgroup, dtype=np.uint8)
+    base_position, base_wxyz = sim._base_pose_world()
+    base = quaternion_to_matrix(wxyz_to_xyzw(base_wxyz))
+    for camera, frame in sim.observe().images.items():
+        intrinsics = Intrinsics(frame.fx, frame.fy, frame.cx, frame.cy)
+        origin = base_position + base @ frame.position
+        to_world = base @ quaternion_to_matrix(frame.orientation)
+        height, width = frame.depth.shape
+        checked = 0
+        for row in range(2, height - 2, 6):
+            for col in range(2, width - 2, 6):
+                around = frame.depth[row - 1:row + 2, col - 1:col + 2]
+                if not np.all(np.isfinite(around)) or np.ptp(around) > 0.05:
+                    continue
+                ray = to_world @ [(col - frame.cx) / frame.fx, (row - frame.cy) / frame.fy, 1.0]
+                ray /= np.linalg.norm(ray)
+                hit = np.array([-1], np.int32)
+                distance = mujoco.mj_ray(model, data, origin, ray, rendered, 1, -1, hit)
+                assert hit[0] >= 0, f"{camera} ({col}, {row}): depth but no geom on the ray"
+                truth = base.T @ (origin + distance * ray - base_position)
+                point = back_project(col, row, frame.depth, intrinsics, frame.position,
+                                     frame.orientation)
+                error = np.linalg.norm(point - truth)
+                assert error < 0.01, f"{camera} ({col}, {row}): {error * 100:.1f} cm off"
+                checked += 1
+        assert checked > 200, f"{camera}: only {checked} pixels off depth edges"
+
+
 @pytest.mark.parametrize("u, v, why", [(-1, 5, "outside"), (5, 128, "outside"),
                                        (float("nan"), 3, "not finite")])
 def test_pixels_outside_the_image_are_refused(sim, u, v, why):
