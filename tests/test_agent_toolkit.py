@@ -116,6 +116,44 @@ def test_refused_motion_comes_back_to_the_model_as_text(robot, tmp_path):
     assert toolkit.run.finished[0] == "stuck"
 
 
+def test_rotate_wrist_turns_the_hand_in_place_and_observe_shows_one_camera(robot, tmp_path):
+    import numpy as np
+
+    from rpent_contract.geometry import quaternion_multiply, quaternion_to_matrix, rotation_angle
+
+    client, _, observer, _ = robot
+    toolkit, _ = make_toolkit(robot, tmp_path)
+
+    def hand():
+        observer.catch_up()
+        pose = observer.state().ee_pose
+        return (np.array([pose.position.x, pose.position.y, pose.position.z]),
+                np.array([pose.orientation.x, pose.orientation.y, pose.orientation.z,
+                          pose.orientation.w]))
+
+    p0, q0 = hand()
+    result = toolkit.call("rotate_wrist", {"angle": 0.5})
+    assert result.ok, result.text
+    p1, q1 = hand()
+    assert np.linalg.norm(p1 - p0) < 0.01
+    # Turned about its own z axis by the angle asked: z stays, and q1 is q0 turned about it.
+    assert np.degrees(np.arccos(np.clip(quaternion_to_matrix(q0)[:, 2]
+                                        @ quaternion_to_matrix(q1)[:, 2], -1, 1))) < 4
+    assert rotation_angle(q1, quaternion_multiply(q0, [0, 0, np.sin(0.25), np.cos(0.25)])) < 0.1
+    assert result.text.startswith("turned 0.")
+    back = toolkit.call("rotate_wrist", {"angle": -0.5})
+    assert back.ok, back.text
+    for angle in (4.0, float("nan")):
+        refused = toolkit.call("rotate_wrist", {"angle": angle})
+        assert not refused.ok and "not within [-pi, pi]" in refused.text, refused.text
+
+    one = toolkit.call("observe", {"camera": "robot0_eye_in_hand"})
+    assert [name for name, _ in one.images] == ["robot0_eye_in_hand"]
+    assert len(toolkit.call("observe").images) == 2
+    unknown = toolkit.call("observe", {"camera": "front"})
+    assert not unknown.ok and "unknown camera 'front'" in unknown.text
+
+
 def test_max_turns_ends_a_model_that_never_finishes(robot, tmp_path):
     toolkit, _ = make_toolkit(robot, tmp_path, max_turns=3, images=False)
     model, seen = scripted_model([

@@ -21,7 +21,12 @@ import numpy as np
 from action_msgs.msg import GoalStatus
 
 from rpent_contract.client import ContractTimeout
-from rpent_contract.geometry import quaternion_to_rpy, rpy_to_quaternion
+from rpent_contract.geometry import (
+    quaternion_multiply,
+    quaternion_to_rpy,
+    rotation_angle,
+    rpy_to_quaternion,
+)
 from rpent_contract.names import OBJECT_POSES_SERVICE
 
 from .code_policy import CodeRunner
@@ -30,7 +35,7 @@ from .memory import MemoryDir, MemoryRefused
 
 FINISH_STATUSES = ("success", "failure", "stuck")
 # Tools that set the robot moving: when a run ends with one still in flight, it is stopped.
-MOTION_TOOLS = ("move_to", "gripper", "run_policy", "run_code")
+MOTION_TOOLS = ("move_to", "rotate_wrist", "gripper", "run_policy", "run_code")
 # Asked of a person, not done by the robot: separate tools even in code mode.
 OPERATOR_TOOLS = ("request_operator_verdict", "request_scene_reset")
 
@@ -49,6 +54,7 @@ class ToolResult:
     ok: bool = True
     images: list = field(default_factory=list)  # [(camera name, PNG bytes)]
     data: dict = field(default_factory=dict)  # structured values for scripted planners, never sent
+    cameras: Optional[list] = None  # whose images to attach (None: every camera's)
 
 
 @dataclass
@@ -152,9 +158,12 @@ class Toolkit:
         lo, hi = info.workspace_min, info.workspace_max
         box = f"x {lo.x:.2f}..{hi.x:.2f}, y {lo.y:.2f}..{hi.y:.2f}, z {lo.z:.2f}..{hi.z:.2f} m"
         tools = [
-            Tool("observe", "Look at the robot: the camera images and a summary of the state "
-                 "(end-effector pose, gripper width, episode step, task status).",
-                 {"type": "object", "properties": {}}, self._observe, reads_robot=True),
+            Tool("observe", "Look at the robot: the camera images (camera: only that one's) "
+                 "and a summary of the state (end-effector pose, gripper width, episode step, "
+                 "task status).",
+                 {"type": "object", "properties": {
+                     "camera": {"type": "string", "enum": list(info.camera_names)}}},
+                 self._observe, reads_robot=True),
             Tool("move_to", f"Move the end effector (the point between the fingertips) in a "
                  f"straight bounded-speed motion to a position in the {info.base_frame} frame "
                  f"(workspace: {box}). Give rpy (roll, pitch, yaw in rad, fixed x-y-z axes) to "
@@ -165,6 +174,12 @@ class Toolkit:
                      "rpy": {"type": "array", "items": _NUMBER, "minItems": 3, "maxItems": 3},
                      "tolerance": {"type": "number", "description": "m, default 0.01"}},
                   "required": ["x", "y", "z"]}, self._move_to),
+            Tool("rotate_wrist", "Turn the hand by angle rad (right-handed) about the end "
+                 "effector's z axis (on the Panda and FR3, the direction the fingers point), "
+                 "keeping its position. Blocks until turned or refused.",
+                 {"type": "object", "properties": {
+                     "angle": {"type": "number", "minimum": -3.14159, "maximum": 3.14159}},
+                  "required": ["angle"]}, self._rotate_wrist, reads_robot=True),
             Tool("gripper", f"Open, close or set the gripper to a width in metres "
                  f"(0 = closed, {info.gripper_max_width:.3f} = open). Reports whether the "
                  "fingers stalled on an object (holding it).",
@@ -324,7 +339,7 @@ class Toolkit:
                 if stale is not None:
                     result.text = f"WARNING: {stale}.\n{result.text}"
                 if self.images:
-                    result.images = self._camera_pngs() + result.images
+                    result.images = self._camera_pngs(result.cameras) + result.images
         duration = time.monotonic() - start
         self.listener(kind="tool_result", tool_name=name, text=result.text, ok=result.ok,
                       duration=duration, images=len(result.images), data=result.data)
@@ -404,8 +419,9 @@ class Toolkit:
         except Exception as err:  # noqa: BLE001
             return f"Stopping the robot failed too ({err}); the robot may be unreachable."
 
-    def _camera_pngs(self) -> list:
-        return [(name, encode_png(rgb)) for name, rgb in self.observer.frames().items()]
+    def _camera_pngs(self, cameras: Optional[list] = None) -> list:
+        return [(name, encode_png(rgb)) for name, rgb in self.observer.frames().items()
+                if cameras is None or name in cameras]
 
     def _steps_left(self) -> int:
         return max(0, self.run.max_steps - self.run.steps_used) if self.run.max_steps else 0
@@ -443,8 +459,29 @@ class Toolkit:
         return {"position": [p.x, p.y, p.z], "orientation": [q.x, q.y, q.z, q.w],
                 "gripper_width": state.gripper_width}
 
-    def _observe(self) -> ToolResult:
-        return ToolResult(self.state_summary(), data=self._pose_data())
+    def _observe(self, camera=None) -> ToolResult:
+        if camera is not None and camera not in self.info.camera_names:
+            raise ValueError(f"unknown camera '{camera}'; cameras: "
+                             f"{', '.join(self.info.camera_names)}")
+        return ToolResult(self.state_summary(), data=self._pose_data(),
+                          cameras=None if camera is None else [camera])
+
+    def _rotate_wrist(self, angle) -> ToolResult:
+        angle = float(angle)
+        if not np.isfinite(angle) or abs(angle) > np.pi:
+            raise ValueError(f"angle {angle} rad is not within [-pi, pi]; turn further in "
+                             "two calls")
+        state = self.observer.state()
+        if state is None:
+            raise ValueError("no robot_state has arrived yet; observe, then try again")
+        p, q = state.ee_pose.position, state.ee_pose.orientation
+        start = [q.x, q.y, q.z, q.w]
+        target = quaternion_multiply(start, [0.0, 0.0, np.sin(angle / 2), np.cos(angle / 2)])
+        result = self._move_to(p.x, p.y, p.z, rpy=list(quaternion_to_rpy(target)))
+        if "orientation" in result.data:
+            turned = rotation_angle(start, result.data["orientation"])
+            result.text = f"turned {turned:.3f} rad of {abs(angle):.3f}: {result.text}"
+        return result
 
     def _move_to(self, x, y, z, rpy=None, tolerance=None) -> ToolResult:
         options = {}
