@@ -228,7 +228,9 @@ def test_model_errors_end_the_run_with_a_readable_error(robot, tmp_path):
 
 
 @pytest.mark.slow
-def test_run_policy_goes_through_the_chunk_executor(robot, node_factory, tmp_path):
+def test_run_policy_and_a_configured_skill_go_through_the_chunk_executor(robot, node_factory,
+                                                                          tmp_path):
+    from rpent_agent.skills import Skill
     from rpent_am.chunk_executor import ChunkExecutor
     from rpent_am.client import ActionModelClient
 
@@ -251,6 +253,31 @@ def test_run_policy_goes_through_the_chunk_executor(robot, node_factory, tmp_pat
     text = seen[1]["run_policy"][0]
     assert text.startswith("policy ended: chunks_done"), text
     assert toolkit.run.steps_used > 0
+
+    executor = ChunkExecutor(client, model_client)
+    skill = Skill("pick_and_place", "Pick an object up and put it somewhere.",
+                  "pick up the {object} and place it in the {target}", max_chunks=2)
+    toolkit, _ = make_toolkit(robot, tmp_path, executor=executor, model_meta=meta,
+                              skills=[(skill, executor, meta)], images=False)
+    tool = toolkit.tools["pick_and_place"]
+    assert tool.parameters["required"] == ["object", "target"]
+    assert "'pick up the {object} and place it in the {target}', up to 2 chunks" in \
+        tool.description
+    done = toolkit.call("pick_and_place", {"object": "alphabet soup", "target": "basket"})
+    assert done.ok, done.text
+    assert done.text.startswith("pick_and_place ('pick up the alphabet soup and place it in "
+                                "the basket'): policy ended: chunks_done"), done.text
+    # What the model is told is the instruction made from the arguments: an object the
+    # scene does not have is the model's refusal.
+    absent = toolkit.call("pick_and_place", {"object": "unicorn", "target": "basket"})
+    assert not absent.ok and "/action_model ended the stream: cannot tell what to pick and " \
+        "where to place it from 'pick up the unicorn and place it in the basket'" in \
+        absent.text, absent.text
+    missing = toolkit.call("pick_and_place", {"object": "alphabet soup"})
+    assert not missing.ok and "needs target" in missing.text, missing.text
+    with pytest.raises(ValueError, match="skill 'observe' has the name of one of the agent"):
+        make_toolkit(robot, tmp_path, executor=executor, model_meta=meta,
+                     skills=[(Skill("observe", "d", "look"), executor, meta)])
 
 
 @pytest.mark.slow

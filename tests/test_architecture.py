@@ -42,11 +42,12 @@ PLAIN_CORES = (
     "rpent_twins.twin_host", "rpent_twins.so101_twin", "rpent_twins.franky_sim",
     "rpent_twins.feetech_emulator", "rpent_contract.sam3_wire", "rpent_contract.rpc",
     "rpent_am.policy", "rpent_am.model_io", "rpent_am.observation",
-    "rpent_am.backends.scripted", "rpent_am.backends.rpent_http",
+    "rpent_am.backends.scripted", "rpent_am.backends.rpent_http", "rpent_am.rpc_backend",
     "rpent_perception.geometry", "rpent_perception.backends",
     "rpent_bag.recorder", "rpent_bag.definitions", "rpent_bag.latency", "rpent_bag.video",
     "rpent_bag.recover", "rpent_bag.check",
     "rpent_agent.code_policy", "rpent_agent.code_sandbox", "rpent_agent.memory",
+    "rpent_agent.skills",
     "rpent_agent.transcript", "rpent_agent.planners.api",
     "rpent.eval.stats", "rpent.eval.results", "rpent.eval.report", "rpent.export_dataset",
 )

@@ -120,6 +120,9 @@ class AgentNode(Node):
         self.robot_namespace = d("robot_namespace", "", "namespace of the robot contract")
         self.action_model = d("action_model", "", "action-model node name (e.g. "
                               "/action_model) for the run_policy tool; empty = no policy tool")
+        self.skills_file = d("skills_file", "", "YAML file of model skills, tools that run an "
+                             "action model on an instruction template (rpent_agent.skills); "
+                             "empty = none")
         self.perception = d("perception", "", "perception node (e.g. perception, relative to "
                             "the robot namespace) for the segment and locate tools; empty = "
                             "no perception tools")
@@ -173,7 +176,8 @@ class AgentNode(Node):
             self.observer = RobotObserver(self.robot.node, self.info.camera_names,
                                           state_rate=self.info.control_rate)
             self.observer.wait_ready(self.startup_timeout)
-            self.executor_, self.model_meta = self._connect_action_model()
+            self.executor_, self.model_meta = self._connect_action_model(self.action_model)
+            self.skills = self._connect_skills()
             self.perception_client = self._connect_perception()
             self.planner = self._make_planner()
         except TimeoutError as err:
@@ -214,15 +218,35 @@ class AgentNode(Node):
             f"{', '.join(self._new_toolkit(RunState('', 1, 0)).tools)}")
 
     # --- set-up --------------------------------------------------------------------------
-    def _connect_action_model(self):
-        if not self.action_model:
+    def _connect_action_model(self, name: str):
+        if not name:
             return None, None
         from rpent_am.chunk_executor import ChunkExecutor
         from rpent_am.client import ActionModelClient
 
-        model = ActionModelClient(self.robot.node, self.action_model)
+        model = ActionModelClient(self.robot.node, name)
         meta = model.connect(self.info, timeout=self.startup_timeout)
         return ChunkExecutor(self.robot, model, robot_namespace=self.robot_namespace), meta
+
+    def _connect_skills(self) -> list:
+        """(skill, its executor, its model's meta) for each skill of skills_file."""
+        if not self.skills_file:
+            return []
+        from .skills import load_skills
+
+        models = {"": (self.executor_, self.model_meta),
+                  self.action_model: (self.executor_, self.model_meta)}
+        skills = []
+        for skill in load_skills(self.skills_file):
+            if skill.model not in models:
+                models[skill.model] = self._connect_action_model(skill.model)
+            executor, meta = models[skill.model]
+            if executor is None:
+                raise params.ParameterError(
+                    f"skill '{skill.name}' names no model and the agent has no action_model: "
+                    "set action_model, or the skill's model in skills_file")
+            skills.append((skill, executor, meta))
+        return skills
 
     def _connect_perception(self):
         if not self.perception:
@@ -273,7 +297,7 @@ class AgentNode(Node):
         return Toolkit(self.robot, self.info, self.observer, run,
                        memory=memory or MemoryDir(self.memory_dir or self.output_dir),
                        executor=self.executor_, model_meta=self.model_meta,
-                       perception=self.perception_client,
+                       perception=self.perception_client, skills=self.skills,
                        timeouts=self.timeouts, images=self.images, code=code,
                        **({"listener": listener} if listener else {}))
 

@@ -127,12 +127,17 @@ _NUMBER = {"type": "number"}
 
 class Toolkit:
     def __init__(self, robot, info, observer, run: RunState, *, memory: Optional[MemoryDir] = None,
-                 executor=None, model_meta=None, perception=None,
+                 executor=None, model_meta=None, perception=None, skills=(),
                  timeouts: Timeouts = Timeouts(), images: bool = True,
                  listener: Callable[..., None] = lambda **_: None,
                  code: Optional[CodeSettings] = None):
         self.robot, self.info, self.observer, self.run = robot, info, observer, run
         self.memory, self.executor, self.model_meta = memory, executor, model_meta
+        # (Skill, its ChunkExecutor, its model's ModelMeta) for each configured skill.
+        self.skills = list(skills)
+        self._executors = list(dict.fromkeys(
+            [e for e in [executor] + [e for _, e, _ in self.skills] if e is not None]))
+        self._motion_tools = set(MOTION_TOOLS) | {skill.name for skill, _, _ in self.skills}
         self.perception = perception
         self.timeouts, self.images, self.listener = timeouts, images, listener
         # Every tool; what the model is offered (``tools``) is all of them, or in code mode
@@ -253,6 +258,18 @@ class Toolkit:
                     "instruction": {"type": "string"},
                     "max_chunks": {"type": "integer", "minimum": 1, "maximum": 200}},
                  "required": ["instruction", "max_chunks"]}, self._run_policy))
+        for skill, executor, meta in self.skills:
+            arguments = skill.arguments
+            tools.append(Tool(
+                skill.name, f"{skill.description} (The action model {meta.backend} acts on "
+                f"'{skill.instruction}', up to {skill.max_chunks} chunks of {meta.chunk_size} "
+                "steps, stopping early when the task succeeds.)",
+                {"type": "object", "properties": {a: {"type": "string"} for a in arguments},
+                 "required": list(arguments)},
+                self._skill_handler(skill, executor)))
+            if sum(t.name == skill.name for t in tools) > 1:
+                raise ValueError(f"skill '{skill.name}' has the name of one of the agent's own "
+                                 "tools: rename it in skills_file")
         if self.memory is not None:
             tools += [
                 Tool("memory_list", "List the files in your memory folder.",
@@ -365,9 +382,9 @@ class Toolkit:
         deadline = time.monotonic() + timeout
         stop_note = None
         # A goal sent just after a stop would still run: stop again while a motion is left.
-        while any(c["tool"] in MOTION_TOOLS and not c["done"].is_set() for c in pending):
-            if self.executor is not None:
-                self.executor.cancel()
+        while any(c["tool"] in self._motion_tools and not c["done"].is_set() for c in pending):
+            for each in self._executors:
+                each.cancel()
             stop_note = self._stop_robot(max(0.1, min(self.timeouts.service,
                                                       deadline - time.monotonic())))
             for call in pending:
@@ -379,7 +396,7 @@ class Toolkit:
         ended = []
         for call in pending:
             result = call.get("result")
-            stopped = stop_note is not None and call["tool"] in MOTION_TOOLS
+            stopped = stop_note is not None and call["tool"] in self._motion_tools
             entry = {"tool": call["tool"], "arguments": call["arguments"],
                      "ended_by": "stopped" if stopped else "waited for"}
             if stopped:
@@ -578,11 +595,25 @@ class Toolkit:
                           f"in {self.info.base_frame}", data={"position": point.tolist()})
 
     def _run_policy(self, instruction, max_chunks) -> ToolResult:
+        return self._policy(self.executor, str(instruction), int(max_chunks))
+
+    def _skill_handler(self, skill, executor) -> Callable[..., ToolResult]:
+        def run(**arguments) -> ToolResult:
+            return self._run_skill(skill, executor, arguments)
+        return run
+
+    def _run_skill(self, skill, executor, arguments: dict) -> ToolResult:
+        instruction = skill.instruction_for(arguments)
+        result = self._policy(executor, instruction, skill.max_chunks)
+        result.text = f"{skill.name} ('{instruction}'): {result.text}"
+        return result
+
+    def _policy(self, executor, instruction: str, max_chunks: int) -> ToolResult:
         steps = self._steps_left() if self.run.max_steps else 10_000
         if steps <= 0:
             return ToolResult("no episode steps left for the policy", ok=False)
-        report = self.executor.run(str(instruction), max_steps=steps, max_chunks=int(max_chunks),
-                                   timeout=self.timeouts.policy)
+        report = executor.run(instruction, max_steps=steps, max_chunks=max_chunks,
+                              timeout=self.timeouts.policy)
         self._count_steps(report.steps_executed)
         text = (f"policy ended: {report.outcome} ({report.message}); {report.steps_executed} "
                 f"steps from {report.chunks_executed}/{report.chunks_received} chunks; task "
@@ -641,8 +672,8 @@ class Toolkit:
         """Stop the run: no more tools, the policy and the robot stop."""
         self.run.cancel_reason = reason
         self.run.cancel.set()
-        if self.executor is not None:
-            self.executor.cancel()
+        for each in self._executors:
+            each.cancel()
         self._stop_robot(timeout)
 
     def describe(self) -> list[dict[str, Any]]:

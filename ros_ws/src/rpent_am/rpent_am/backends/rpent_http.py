@@ -40,7 +40,7 @@ from rpent_contract.images import encode_png
 
 from ..model_io import ModelIO
 from ..policy import BackendError, ModelMeta, PolicyObservation, actions_array
-from .rpc_base import RpcBackend
+from ..rpc_backend import RpcBackend
 
 PI05_IMAGE_KEYS = ("main", "wrist", "extra")
 

@@ -34,7 +34,7 @@ from rpent_contract.control_space import ControlSpaceSpec
 
 from ..model_io import ModelIO
 from ..policy import BackendError, ModelMeta, PolicyObservation, Prediction, actions_array
-from .rpc_base import RpcBackend
+from ..rpc_backend import RpcBackend
 
 # The control contract a WAM worker declares for each of this project's action spaces.
 CONTROLS = {

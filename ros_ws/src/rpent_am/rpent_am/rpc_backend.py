@@ -8,7 +8,7 @@ from typing import Callable, Optional
 
 from rpent_contract.rpc import RpcClient, RpcFailed
 
-from ..policy import BackendError, ModelMeta, PolicyBackend
+from .policy import BackendError, ModelMeta, PolicyBackend
 
 
 class RpcBackend(PolicyBackend):
