@@ -17,6 +17,8 @@ Launch arguments (name, default, what):
   max_turns          30               model turns before the run ends as max_turns
   output_dir         runs             where run folders are created
   run_dir            ''               use this run folder instead of a new one under output_dir
+  memory_dir         auto             the agent's memory: auto (lasting, per robot and task suite, under ~/.local/share/rpent/memory) | a folder | empty: the run folder's own
+  skills_file        ''               YAML of model skills: tools that run the action model on an instruction template
   mcp_port           8766             TCP port of the MCP server (planner:=mcp, claude_code, codex)
   policy_mode        tools            tools | code: the model writes Python that calls the tools as robo.<tool>(...) (run_code)
   plan_file          ''               scripted planner: YAML/JSON list of tool calls to run instead of its pick-and-place heuristic

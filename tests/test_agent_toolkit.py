@@ -154,6 +154,36 @@ def test_rotate_wrist_turns_the_hand_in_place_and_observe_shows_one_camera(robot
     assert not unknown.ok and "unknown camera 'front'" in unknown.text
 
 
+def test_a_second_run_is_shown_what_the_first_left_in_memory(robot, tmp_path):
+    from pydantic_ai.messages import UserPromptPart
+
+    def opening(messages) -> str:
+        return next(c for m in messages for p in m.parts if isinstance(p, UserPromptPart)
+                    for c in (p.content if isinstance(p.content, list) else [p.content])
+                    if isinstance(c, str))
+
+    firsts = []
+
+    def run(script):
+        toolkit, _ = make_toolkit(robot, tmp_path, images=False)
+
+        def model(messages, info):
+            if len(messages) == 1:
+                firsts.append(opening(messages))
+            return ModelResponse(parts=script[min(len(messages) // 2, len(script) - 1)])
+        ApiPlanner(FunctionModel(model)).run(toolkit)
+        return toolkit
+
+    run([[ToolCallPart("memory_write", {"path": "soup.md",
+                                        "content": "The soup sits left of the basket.\nok"})],
+         [ToolCallPart("finish", {"status": "failure", "summary": "noted"})]])
+    second = run([[ToolCallPart("finish", {"status": "failure", "summary": "read it"})]])
+    assert firsts[0].startswith(f"Task: {SOUP}") and "memory folder" not in firsts[0]
+    assert "Your memory folder holds, from earlier runs" in firsts[1]
+    assert "- soup.md: The soup sits left of the basket." in firsts[1]
+    assert second.run.finished == ("failure", "read it")
+
+
 def test_max_turns_ends_a_model_that_never_finishes(robot, tmp_path):
     toolkit, _ = make_toolkit(robot, tmp_path, max_turns=3, images=False)
     model, seen = scripted_model([

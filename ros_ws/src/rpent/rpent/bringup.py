@@ -141,6 +141,11 @@ AGENT_ARGS = (
     Argument("max_turns", "30", "model turns before the run ends as max_turns"),
     Argument("output_dir", "runs", "where run folders are created"),
     Argument("run_dir", "", "use this run folder instead of a new one under output_dir"),
+    Argument("memory_dir", "auto", "the agent's memory: auto (lasting, per robot and task "
+                                   "suite, under ~/.local/share/rpent/memory) | a folder | "
+                                   "empty: the run folder's own"),
+    Argument("skills_file", "", "YAML of model skills: tools that run the action model on an "
+                                "instruction template"),
     Argument("mcp_port", "8766", "TCP port of the MCP server (planner:=mcp, claude_code, "
              "codex)"),
     Argument("policy_mode", "tools", "tools | code: the model writes Python that calls the "
@@ -325,6 +330,10 @@ def agent_node(args: dict, ns: str, folder: str, model: str, max_steps: str,
                     **runs, "action_model": model, "perception": perception,
                     "plan_file": os.path.abspath(args["plan_file"]) if args["plan_file"] else "",
                     "policy_chunks": int(args["policy_chunks"]),
+                    "memory_dir": (args["memory_dir"] if args["memory_dir"] in ("", "auto")
+                                   else os.path.abspath(args["memory_dir"])),
+                    "skills_file": (os.path.abspath(args["skills_file"])
+                                    if args["skills_file"] else ""),
                     "robot_namespace": ns, "run_at_startup": not serve,
                     "policy_mode": args["policy_mode"],
                     "mcp_port": int(args["mcp_port"]), "dashboard_url": url,

@@ -39,7 +39,7 @@ from visualization_msgs.msg import MarkerArray
 
 from . import agentlog
 from .markers import SceneMarkers
-from .memory import MemoryDir
+from .memory import MemoryDir, lasting_folder
 from .observer import RobotObserver
 from .planners import PLANNERS, choose
 from .toolkit import CodeSettings, RunState, Timeouts, Toolkit
@@ -115,8 +115,9 @@ class AgentNode(Node):
                               "asking (Anthropic) to cache the prompt; false for a gateway "
                               "that refuses cache_control")
         self.output_dir = d("output_dir", "runs", "folder of the run folders")
-        self.memory_dir = d("memory_dir", "", "memory folder shared by runs; empty = "
-                            "<run folder>/memory")
+        self.memory_dir = d("memory_dir", "", "memory folder shared by runs; auto = one that "
+                            "lasts per robot and task suite under the user's data folder; "
+                            "empty = <run folder>/memory")
         self.robot_namespace = d("robot_namespace", "", "namespace of the robot contract")
         self.action_model = d("action_model", "", "action-model node name (e.g. "
                               "/action_model) for the run_policy tool; empty = no policy tool")
@@ -289,13 +290,19 @@ class AgentNode(Node):
         from .planners.scripted import ScriptedPlanner
         return ScriptedPlanner(self.plan_file, policy_chunks=self.policy_chunks)
 
+    def _memory_folder(self, run_dir: Path) -> Path:
+        if self.memory_dir == "auto":
+            task = self.observer.task()
+            return lasting_folder(self.info.embodiment, task.suite if task is not None else "")
+        return Path(self.memory_dir).resolve() if self.memory_dir else run_dir / "memory"
+
     def _new_toolkit(self, run, memory=None, listener=None, run_dir=None) -> Toolkit:
         code = None
         if self.policy_mode == "code":
             code = CodeSettings(Path(run_dir or self.output_dir) / "code_policy",
                                 self.code_timeout, self.code_max_calls)
         return Toolkit(self.robot, self.info, self.observer, run,
-                       memory=memory or MemoryDir(self.memory_dir or self.output_dir),
+                       memory=memory or MemoryDir(self._memory_folder(Path(self.output_dir))),
                        executor=self.executor_, model_meta=self.model_meta,
                        perception=self.perception_client, skills=self.skills,
                        timeouts=self.timeouts, images=self.images, code=code,
@@ -449,8 +456,7 @@ class AgentNode(Node):
                 self._publish(run_id, run.turns, kind, tool_name, args_json, text, ok, duration)
 
         video = EpisodeVideo(self.info.control_rate or 20.0) if self.video_enabled else None
-        memory = MemoryDir(Path(self.memory_dir).resolve() if self.memory_dir
-                           else run_dir / "memory")
+        memory = MemoryDir(self._memory_folder(run_dir))
         toolkit = self._new_toolkit(run, memory, listener, run_dir)
         self.get_logger().info(f"run {run_id}: '{instruction}' ({run_dir})")
         with self._scene_lock:

@@ -2,10 +2,29 @@
 
 Every path is resolved inside the folder; anything that would leave it (``..``, an
 absolute path, a symlink pointing out) is refused, so a model cannot touch other files.
+Several runs may share a folder (parallel evaluation workers): a file is replaced whole,
+never seen half written, and a run's write leaves every other file as it was.
 """
 from __future__ import annotations
 
+import os
+import re
+import tempfile
 from pathlib import Path
+
+INDEX_FILES = 50  # files the index at the start of a run lists, newest first
+
+
+def lasting_folder(embodiment: str, family: str) -> Path:
+    """The memory that lasts across runs of one robot and task family, under the user's data
+    folder ($XDG_DATA_HOME, else ~/.local/share)."""
+    data = os.environ.get("XDG_DATA_HOME") or os.path.join(os.path.expanduser("~"), ".local",
+                                                           "share")
+    return Path(data) / "rpent" / "memory" / _folder_name(embodiment) / _folder_name(family)
+
+
+def _folder_name(text: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_.-]+", "_", text).strip("._") or "default"
 
 
 class MemoryRefused(ValueError):
@@ -25,12 +44,17 @@ class MemoryDir:
             raise MemoryRefused(
                 f"'{path}' is outside the memory folder; use a relative path without '..', "
                 "e.g. 'notes.md' or 'objects/soup.md'")
+        if any(part.startswith(".") for part in candidate.relative_to(self.root).parts):
+            # Hidden names are the folder's own (a file being written).
+            raise MemoryRefused(f"'{path}': names starting with '.' are not allowed; e.g. "
+                                "'notes.md'")
         return candidate
 
     def list(self) -> list[str]:
         if not self.root.is_dir():
             return []
-        return sorted(str(p.relative_to(self.root)) for p in self.root.rglob("*") if p.is_file())
+        return sorted(str(p.relative_to(self.root)) for p in self.root.rglob("*")
+                      if p.is_file() and not p.name.startswith("."))
 
     def read(self, path: str) -> str:
         target = self._resolve(path)
@@ -45,5 +69,29 @@ class MemoryDir:
             raise MemoryRefused(f"{len(data)} bytes is over the {self.max_bytes}-byte limit per "
                                "file; keep notes short or split them")
         target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_bytes(data)
+        handle, temporary = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.")
+        try:
+            with os.fdopen(handle, "wb") as out:
+                out.write(data)
+            os.replace(temporary, target)
+        except BaseException:
+            os.unlink(temporary)
+            raise
         return len(data)
+
+    def index(self) -> str:
+        """What the folder holds, newest first, each file with its first line: what a run
+        is shown as it starts ('' when empty)."""
+        if not self.root.is_dir():
+            return ""
+        files = sorted((p for p in self.root.rglob("*") if p.is_file()
+                        and not p.name.startswith(".")),
+                       key=lambda p: p.stat().st_mtime, reverse=True)
+        lines = []
+        for path in files[:INDEX_FILES]:
+            with path.open(errors="replace") as text:
+                first = text.readline().strip()[:120]
+            lines.append(f"- {path.relative_to(self.root)}" + (f": {first}" if first else ""))
+        if len(files) > INDEX_FILES:
+            lines.append(f"- ... and {len(files) - INDEX_FILES} older files (memory_list)")
+        return "\n".join(lines)

@@ -676,6 +676,15 @@ class Toolkit:
             each.cancel()
         self._stop_robot(timeout)
 
+    def opening(self) -> str:
+        """What a run's first message says: the task, and what its memory folder holds."""
+        text = f"Task: {self.run.instruction}"
+        index = self.memory.index() if self.memory is not None else ""
+        if index:
+            text += ("\n\nYour memory folder holds, from earlier runs (newest first; "
+                     f"memory_read opens a file):\n{index}")
+        return text
+
     def describe(self) -> list[dict[str, Any]]:
         return [{"name": t.name, "description": t.description, "parameters": t.parameters}
                 for t in self.tools.values()]

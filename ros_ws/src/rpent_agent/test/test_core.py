@@ -46,6 +46,55 @@ def test_memory_refuses_a_symlink_pointing_out(tmp_path):
         MemoryDir(tmp_path / "mem").read("link")
 
 
+def _write_many(root, worker: int, count: int) -> None:
+    memory = MemoryDir(root)
+    for i in range(count):
+        memory.write(f"worker{worker}/note{i}.md", f"worker {worker} note {i}\n")
+        memory.write("shared.md", f"worker {worker} write {i}\n" + "x" * 20_000)
+
+
+def test_two_workers_writing_one_memory_lose_nothing(tmp_path):
+    """Parallel evaluation workers share a memory folder: every file each wrote is there, and
+    the file both kept rewriting holds one whole write, never a mix."""
+    from concurrent.futures import ProcessPoolExecutor
+
+    with ProcessPoolExecutor(2) as pool:
+        for done in [pool.submit(_write_many, tmp_path / "mem", w, 60) for w in (0, 1)]:
+            done.result(timeout=60)
+    memory = MemoryDir(tmp_path / "mem")
+    for worker in (0, 1):
+        for i in range(60):
+            assert memory.read(f"worker{worker}/note{i}.md") == f"worker {worker} note {i}\n"
+    shared = memory.read("shared.md")
+    first, rest = shared.split("\n", 1)
+    assert first in ("worker 0 write 59", "worker 1 write 59") and rest == "x" * 20_000
+    assert len(memory.list()) == 121  # no temporary file left behind
+
+
+def test_the_memory_index_lists_files_newest_first_with_their_first_line(tmp_path):
+    import os
+
+    memory = MemoryDir(tmp_path / "mem")
+    assert memory.index() == ""
+    memory.write("objects/basket.md", "basket at y=0.2\nwide")
+    memory.write("notes.md", "\n")
+    os.utime(memory.root / "objects/basket.md", (1, 1))
+    assert memory.index() == "- notes.md\n- objects/basket.md: basket at y=0.2"
+    with pytest.raises(MemoryRefused, match="starting with '.'"):
+        memory.write(".hidden.md", "x")
+
+
+def test_lasting_memory_is_kept_per_robot_and_task_suite_under_the_data_folder(
+        tmp_path, monkeypatch):
+    from rpent_agent.memory import lasting_folder
+
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path))
+    assert lasting_folder("panda", "libero_object") == \
+        tmp_path / "rpent" / "memory" / "panda" / "libero_object"
+    assert lasting_folder("so101 follower", "") == \
+        tmp_path / "rpent" / "memory" / "so101_follower" / "default"
+
+
 def _png(value):
     return BinaryContent(cv2.imencode(".png", np.full((4, 4, 3), value, np.uint8))[1].tobytes(),
                          media_type="image/png")

@@ -136,10 +136,14 @@ class ModelService:
 
 def _agent_serves_goals(specs: list[NodeSpec]) -> list[NodeSpec]:
     """The bring-up's agent runs one task and exits; a worker's serves one run_task goal per
-    episode, each into the run folder the goal names."""
+    episode, each into the run folder the goal names. An episode's memory is its own run
+    folder's unless a memory folder was named: the lasting default would let episodes learn
+    from each other and from the user's other runs."""
     for spec in specs:
         if spec.package == "rpent_agent":
             spec.parameters.update(run_at_startup=False, run_dir="", reset_episode=False)
+            if spec.parameters.get("memory_dir") == "auto":
+                spec.parameters["memory_dir"] = ""
             spec.required = False
     return specs
 

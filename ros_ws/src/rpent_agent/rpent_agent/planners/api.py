@@ -254,7 +254,7 @@ class ApiPlanner:
                       capabilities=[ProcessHistory(lambda messages: prune_images(messages,
                                                                                  keep))])
         first = toolkit.call("observe")
-        prompt: object = [f"Task: {run.instruction}\n\n{first.text}"] + result_content(first)[1:]
+        prompt: object = [f"{toolkit.opening()}\n\n{first.text}"] + result_content(first)[1:]
         history: Optional[list] = None
         while run.finished is None:
             left = run.max_turns - run.turns

@@ -83,7 +83,7 @@ class ClaudeCodePlanner(McpPlanner):
                 stderr=lambda line: stderr.append(line) if len(stderr) < 50 else None)
             try:
                 async with ClaudeSDKClient(options=options) as session:
-                    await session.query(f"Task: {run.instruction}")
+                    await session.query(toolkit.opening())
                     async with anyio.create_task_group() as group:
                         group.start_soon(self._watch, run, deadline, session)
                         async for message in session.receive_response():

@@ -128,7 +128,7 @@ class CodexPlanner(McpPlanner):
             threading.Thread(target=lambda: stderr.extend(process.stderr.read().splitlines()),
                              daemon=True).start()
             try:
-                process.stdin.write(f"Task: {run.instruction}\n")
+                process.stdin.write(toolkit.opening() + "\n")
                 process.stdin.close()
             except BrokenPipeError:
                 pass  # Codex exited before reading its prompt; its stderr says why, below
