@@ -305,9 +305,10 @@ def test_run_policy_and_a_configured_skill_go_through_the_chunk_executor(robot, 
         absent.text, absent.text
     missing = toolkit.call("pick_and_place", {"object": "alphabet soup"})
     assert not missing.ok and "needs target" in missing.text, missing.text
-    with pytest.raises(ValueError, match="skill 'observe' has the name of one of the agent"):
-        make_toolkit(robot, tmp_path, executor=executor, model_meta=meta,
-                     skills=[(Skill("observe", "d", "look"), executor, meta)])
+    for built_in in ("observe", "memory_read"):
+        with pytest.raises(ValueError, match=f"named as the agent's own tools: {built_in};"):
+            make_toolkit(robot, tmp_path, executor=executor, model_meta=meta,
+                         skills=[(Skill(built_in, "d", "look"), executor, meta)])
 
 
 @pytest.mark.slow

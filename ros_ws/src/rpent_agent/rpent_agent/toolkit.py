@@ -267,9 +267,6 @@ class Toolkit:
                 {"type": "object", "properties": {a: {"type": "string"} for a in arguments},
                  "required": list(arguments)},
                 self._skill_handler(skill, executor)))
-            if sum(t.name == skill.name for t in tools) > 1:
-                raise ValueError(f"skill '{skill.name}' has the name of one of the agent's own "
-                                 "tools: rename it in skills_file")
         if self.memory is not None:
             tools += [
                 Tool("memory_list", "List the files in your memory folder.",
@@ -282,6 +279,11 @@ class Toolkit:
                                                        "content": {"type": "string"}},
                       "required": ["path", "content"]}, self._memory_write, images=False),
             ]
+        names = [t.name for t in tools]
+        clash = sorted({skill.name for skill, _, _ in self.skills if names.count(skill.name) > 1})
+        if clash:
+            raise ValueError(f"skills named as the agent's own tools: {', '.join(clash)}; "
+                             "rename them in skills_file")
         return tools
 
     def _run_code_tool(self, code: CodeSettings) -> Tool:

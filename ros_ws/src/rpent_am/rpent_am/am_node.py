@@ -45,7 +45,7 @@ import rclpy
 from rclpy.action import CancelResponse, GoalResponse
 from rclpy.callback_groups import ReentrantCallbackGroup
 from rclpy.exceptions import InvalidNamespaceException
-from rclpy.executors import ExternalShutdownException, SingleThreadedExecutor
+from rclpy.executors import SingleThreadedExecutor
 from rclpy.node import Node
 from rclpy.publisher import Publisher
 from rclpy.validate_namespace import validate_namespace
@@ -54,6 +54,7 @@ from std_msgs.msg import Empty, Float64
 from tf2_msgs.msg import TFMessage
 
 from rpent_contract import params
+from rpent_contract.client import spin_in_thread
 from rpent_contract.control_space import ControlSpaceSpec, array_to_chunk
 from rpent_contract.geometry import pose_from_msg, stamp_to_ns
 from rpent_contract.images import image_to_numpy, numpy_to_image, to_rgb
@@ -160,14 +161,7 @@ class ObservationHub:
         self.frames = TfTree()
         self.node.create_subscription(TFMessage, "/tf_static", self.frames.add_static,
                                       TF_STATIC_QOS)
-        self._thread = threading.Thread(target=self._spin, name="observations", daemon=True)
-        self._thread.start()
-
-    def _spin(self) -> None:
-        try:
-            self._executor.spin()
-        except ExternalShutdownException:
-            pass
+        self._thread = spin_in_thread(self._executor, "observations")
 
     def subscribe(self, topics) -> list:
         """[(type, topic, callback, qos)] -> their subscriptions."""

@@ -25,7 +25,8 @@ from action_msgs.msg import GoalStatus
 from rclpy.action import ActionClient as _RclpyActionClient
 from rclpy.action.client import ClientGoalHandle
 from rclpy.exceptions import InvalidHandle
-from rclpy.executors import MultiThreadedExecutor
+from rclpy.executors import ExternalShutdownException, MultiThreadedExecutor
+from rclpy.impl.implementation_singleton import rclpy_implementation as _rclpy
 from std_srvs.srv import Trigger
 from unique_identifier_msgs.msg import UUID
 
@@ -75,6 +76,9 @@ def spin_in_thread(executor, name: str = "spin") -> threading.Thread:
     builds its wait set (ros2/rclpy#1142). Every answer the process waits for would then
     wait for ever, and a loaded machine hit it. The next wait set no longer holds the
     destroyed entity, so spinning resumes.
+
+    A context shut down between two waits (Ctrl-C) ends the spin quietly: rclpy raises
+    RCLError building the next wait set, and a traceback would blame a healthy node.
     """
     def spin():
         while True:
@@ -83,6 +87,10 @@ def spin_in_thread(executor, name: str = "spin") -> threading.Thread:
                 return
             except InvalidHandle:
                 continue
+            except (ExternalShutdownException, _rclpy.RCLError):
+                if executor.context.ok():
+                    raise
+                return
 
     thread = threading.Thread(target=spin, name=name, daemon=True)
     thread.start()

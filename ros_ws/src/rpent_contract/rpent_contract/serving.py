@@ -56,8 +56,7 @@ def _waiting(srv):
     while True:
         with srv.handle:
             taken = srv.handle.service_take_request(srv.srv_type.Request)
-        # Nothing waiting: None (Humble) or a pair with no header (Jazzy).
-        if not taken or taken[0] is None or taken[1] is None:
+        if taken[1] is None:  # (None, None): nothing waiting
             return
         yield taken[1]
 

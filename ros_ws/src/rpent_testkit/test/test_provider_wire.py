@@ -41,6 +41,9 @@ class Desk:
                   "required": ["status", "summary"]}, self._finish),
         )}
 
+    def opening(self):
+        return f"Task: {self.run.instruction}"
+
     def _add(self, a):
         if not isinstance(a, int):
             raise ValueError(f"a must be an integer, not {a!r}")
