@@ -50,11 +50,14 @@ class MemoryDir:
                                 "'notes.md'")
         return candidate
 
-    def list(self) -> list[str]:
+    def _files(self) -> list[Path]:
+        """The model's files (not the hidden ones being written)."""
         if not self.root.is_dir():
             return []
-        return sorted(str(p.relative_to(self.root)) for p in self.root.rglob("*")
-                      if p.is_file() and not p.name.startswith("."))
+        return [p for p in self.root.rglob("*") if p.is_file() and not p.name.startswith(".")]
+
+    def list(self) -> list[str]:
+        return sorted(str(p.relative_to(self.root)) for p in self._files())
 
     def read(self, path: str) -> str:
         target = self._resolve(path)
@@ -82,11 +85,7 @@ class MemoryDir:
     def index(self) -> str:
         """What the folder holds, newest first, each file with its first line: what a run
         is shown as it starts ('' when empty)."""
-        if not self.root.is_dir():
-            return ""
-        files = sorted((p for p in self.root.rglob("*") if p.is_file()
-                        and not p.name.startswith(".")),
-                       key=lambda p: p.stat().st_mtime, reverse=True)
+        files = sorted(self._files(), key=lambda p: p.stat().st_mtime, reverse=True)
         lines = []
         for path in files[:INDEX_FILES]:
             with path.open(errors="replace") as text:

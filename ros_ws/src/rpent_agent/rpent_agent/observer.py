@@ -55,7 +55,7 @@ class RobotObserver:
         # The last camera of a tick completes the frame set the video records.
         if self.video is not None and name == self.camera_names[-1] and self._state is not None:
             self.video.offer(self._state.episode_step, self.frames(),
-                             msg.header.stamp.sec + 1e-9 * msg.header.stamp.nanosec)
+                             stamp_to_ns(msg.header.stamp) * 1e-9)
 
     def wait_ready(self, timeout: float) -> None:
         wait_until(lambda: self._state is not None and self._task is not None

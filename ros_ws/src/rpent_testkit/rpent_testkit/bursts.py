@@ -18,6 +18,7 @@ from std_srvs.srv import Trigger
 from unique_identifier_msgs.msg import UUID
 
 from rpent_contract.client import spin_in_thread
+from rpent_contract.geometry import stamp_to_ns
 from rpent_contract.names import EXECUTE_CHUNK_ACTION, EXECUTED_ACTIONS_TOPIC, STOP_SERVICE
 from rpent_contract.processes import answered_once, wait_until
 from rpent_contract.qos import EXECUTED_QOS, REQUEST_QOS
@@ -65,8 +66,7 @@ class ExecutedSteps:
     def _on_step(self, msg) -> None:
         key = (msg.chunk_stamp.sec, msg.chunk_stamp.nanosec)
         with self._lock:
-            self._stamps.setdefault(key, []).append(
-                msg.header.stamp.sec + 1e-9 * msg.header.stamp.nanosec)
+            self._stamps.setdefault(key, []).append(stamp_to_ns(msg.header.stamp) * 1e-9)
 
     def run_after(self, chunk_stamp, steps: int, at: float, timeout: float = 10.0) -> int:
         """How many of the chunk's ``steps`` the robot carried out after ``at``
