@@ -218,13 +218,16 @@ def test_executor_streams_the_expert_to_native_success(stack):
     # well over it, even on a simulator that renders nothing and steps as fast as it can.
     # (1.5 s once passed without a step on a busy CI machine: a hiccup, not a hang.)
     try:
-        report = ChunkExecutor(robot, model).run(SOUP, max_steps=400, timeout=3.0,
-                                                 client_id="executor")
+        report = ChunkExecutor(robot, model).run(SOUP, max_steps=400, timeout=3.0)
     finally:
         robot.node.destroy_subscription(sub)
     took = time.monotonic() - started
     print(f"\nthe expert's run took {took:.1f} s ({report.steps_executed} steps)")
     assert report.outcome == "task_success", report.message
+    # Streamed again on the solved task, the first chunk ends at once with the success in
+    # its result and no step: the run ends there, it does not wait out its timeout.
+    again = ChunkExecutor(robot, model).run(SOUP, max_steps=400, timeout=30.0)
+    assert (again.outcome, again.steps_executed) == ("task_success", 0), again.message
     assert took > 3.0
     assert report.task_success and report.chunks_executed > 5
     assert report.chunks_stale == 0 and report.chunks_rejected == 0

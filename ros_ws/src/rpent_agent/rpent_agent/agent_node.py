@@ -348,9 +348,10 @@ class AgentNode(Node):
 
         def run():
             try:
-                self._run(instruction, request.max_turns)
+                _, announce = self._run(instruction, request.max_turns)
             finally:
                 self._run_lock.release()
+            announce()
         threading.Thread(target=run, name="run", daemon=True).start()
         response.accepted, response.message = True, f"run started: '{instruction}'"
         return response
@@ -424,11 +425,17 @@ class AgentNode(Node):
     def run_task(self, instruction: str, max_turns: int = 0, max_steps: int = 0,
                  feedback=lambda *_: None, run_dir: str = "") -> RunTask.Result:
         with self._run_lock:
-            return self._run(instruction, max_turns, max_steps, feedback, run_dir)
+            result, announce = self._run(instruction, max_turns, max_steps, feedback, run_dir)
+        announce()
+        return result
 
     def _run(self, instruction: str, max_turns: int = 0, max_steps: int = 0,
-             feedback=lambda *_: None, run_dir: str = "") -> RunTask.Result:
-        """A run, the run lock held by the caller; 0 and empty: this node's settings."""
+             feedback=lambda *_: None, run_dir: str = ""):
+        """A run, the run lock held by the caller; 0 and empty: this node's settings.
+
+        Returns the result and the function that publishes the run's finish event, for the
+        caller to call once it has let go of the run lock: a viewer that starts the next run
+        on that event must find the node free and the run's files written."""
         max_turns, max_steps = max_turns or self.max_turns, max_steps or self.max_episode_steps
         run_dir = run_dir or self.run_dir
         run_id = uuid.uuid4().hex[:8]
@@ -443,7 +450,7 @@ class AgentNode(Node):
         last = {"tool": ""}
 
         def listener(kind, tool_name="", arguments=None, text="", ok=True, duration=0.0,
-                     data=None, **extra):
+                     data=None, publish=True, **extra):
             args_json = json.dumps(arguments) if arguments is not None else ""
             transcript.event(kind=kind, turn=run.turns, tool=tool_name, arguments=arguments,
                              text=text, ok=ok, duration=round(duration, 4), **extra)
@@ -452,7 +459,7 @@ class AgentNode(Node):
             self._draw(kind, tool_name, arguments, data)
             if kind == "turn":
                 feedback(run.turns, last["tool"], text)
-            elif kind in EVENT_KIND:
+            elif kind in EVENT_KIND and publish:
                 self._publish(run_id, run.turns, kind, tool_name, args_json, text, ok, duration)
 
         video = EpisodeVideo(self.info.control_rate or 20.0) if self.video_enabled else None
@@ -487,7 +494,8 @@ class AgentNode(Node):
         task = self.observer.settled_task(self.get_clock().now().nanoseconds)
         task_success = bool(task is not None and task.success)
         source = task.success_source if task is not None else TaskStatus.SOURCE_NONE
-        listener(kind="finish", text=f"{status}: {summary}", ok=status == "success")
+        finish_text, finish_ok = f"{status}: {summary}", status == "success"
+        listener(kind="finish", text=finish_text, ok=finish_ok, publish=False)
         result = RunTask.Result(
             status=STATUS[status], summary=summary, task_success=task_success,
             success_source=source,
@@ -521,7 +529,8 @@ class AgentNode(Node):
         (run_dir / "result.json").write_text(json.dumps(outcome, indent=1))
         self.get_logger().info(f"run {run_id} ended: {status} ({summary}); task success "
                                f"{task_success}; {run.turns} turns")
-        return result
+        return result, lambda: self._publish(run_id, run.turns, "finish", "", "", finish_text,
+                                             finish_ok, 0.0)
 
     def _draw(self, kind, tool_name, arguments, data) -> None:
         if tool_name not in ("move_to", "locate", "get_object_poses"):

@@ -210,8 +210,13 @@ class ChunkExecutor:
                     idle = running is None or running.result_future.done()
                     if self._cancel.is_set():
                         return "canceled", "canceled by the caller"
-                    refusal = running.refusal() if running is not None else None
-                    if refusal is not None:
+                    ended = running.ended() if running is not None else None
+                    if ended is not None:
+                        refusal, succeeded = ended
+                        # The step that made the task succeed may end a chunk another one
+                        # already preempted, its feedback unheard; the next chunk then ends
+                        # at once, with no step and the success in its result.
+                        state["success"] = state["success"] or succeeded
                         state["refused"] = state["refused"] + 1 if refusal else 0
                         if state["refused"] >= MAX_REFUSALS:
                             return "refused", (f"the robot refused {state['refused']} chunks "
@@ -311,14 +316,15 @@ class _Running:
         self.result_future.add_done_callback(lambda _f: _notify(wake))
         self._judged = False
 
-    def refusal(self):
-        """Once, after the goal ended: the robot's reason if it refused the chunk, else "".
-        None while it runs and after the first answer."""
+    def ended(self):
+        """Once, after the goal ended: the robot's reason if it refused the chunk (else ""),
+        and whether the task had succeeded. None while it runs and after the first answer."""
         if self._judged or not self.result_future.done():
             return None
         self._judged = True
         result = self.result_future.result().result
-        return result.message if result.outcome == ExecuteChunk.Result.OUTCOME_REFUSED else ""
+        refused = result.outcome == ExecuteChunk.Result.OUTCOME_REFUSED
+        return (result.message if refused else ""), bool(result.task_success)
 
 
 def _notify(wake):

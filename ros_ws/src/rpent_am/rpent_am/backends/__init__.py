@@ -68,8 +68,9 @@ def make_backend(name: str, declare: Callable, space: ControlSpaceSpec, info,
             gripper_max_width=info.gripper_max_width,
             height_scale=height_scale((lo.x, lo.y, lo.z), (hi.x, hi.y, hi.z)),
             arm_joints=arm_joint_count(info.control_spaces),
+            workspace_min=(lo.x, lo.y, lo.z), workspace_max=(hi.x, hi.y, hi.z),
             realized=d("step_realized", REALIZED, "Share of a commanded delta the arm covers "
-                       "within a step: 0.5 for LIBERO's OSC; 1.0 where deltas move a streamed "
+                       "within a step: 0.3 for LIBERO's OSC; 1.0 where deltas move a streamed "
                        "target (the arms' ee_delta)", lambda v: None if 0 < v <= 1 else
                        "must be in (0, 1]"),
             slow_within=d("slow_within", 0.0, "m: within this distance of a goal the hand's "

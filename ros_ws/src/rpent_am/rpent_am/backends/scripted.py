@@ -12,6 +12,7 @@ session (client) keeps its own phase, so concurrent clients do not disturb one a
 """
 from __future__ import annotations
 
+import math
 import threading
 from dataclasses import dataclass, field
 from typing import Callable, Optional
@@ -31,8 +32,15 @@ GRIPPER_OPEN, GRIPPER_CLOSE = -1.0, 1.0
 OPEN_SHARE, SETTLE_WIDTH_CHANGE, SETTLE_S = 0.875, 5e-4, 0.3
 # Fraction of a commanded delta an impedance-controlled arm (LIBERO's OSC) covers within
 # one step; the open-loop chunk predicts its own progress with it so later rows keep
-# pulling. An arm whose deltas move a streamed target (the arms' ee_delta) covers 1.0.
-REALIZED = 0.5
+# pulling. LIBERO's OSC (kp 150, critically damped, 20 Hz) covers about 0.27 of a steady
+# delta once moving and 0.13 from rest. A model that expects more shrinks its later rows
+# faster than the arm closes in, and the rows left once a streamed chunk's stale prefix is
+# dropped crawl. An arm whose deltas move a streamed target (the arms' ee_delta) covers 1.0.
+REALIZED = 0.3
+
+# m the summed deltas of a chunk stay inside the robot's workspace: the robot checks the
+# rows it runs from where the hand is when the chunk starts, not where it was observed.
+WORKSPACE_MARGIN = 0.01
 
 # (robot namespace, instruction) -> (object position, where to place it), base frame, m
 Find = Callable[[str, str], tuple]
@@ -49,6 +57,10 @@ class ArmGeometry:
     # follows a streamed target lags it, and each chunk's deltas start from that target:
     # slowing down keeps the lag, and the overshoot it makes, small.
     slow_within: float = 0.0
+    # m, base frame: the box the robot keeps its hand in. It refuses a chunk whose deltas,
+    # summed from where the hand is, would leave it, however little of them the arm covers.
+    workspace_min: tuple = (-math.inf,) * 3
+    workspace_max: tuple = (math.inf,) * 3
 
 
 @dataclass
@@ -86,6 +98,8 @@ class ScriptedPickPlace(PolicyBackend):
         upper = np.asarray(action_space.upper)
         self._max_trans = min(max_translation_step, float(np.min(upper[:3] * self._scale_t)))
         self._max_rot = min(max_rotation_step, float(np.min(upper[3:6] * self._scale_r)))
+        self._box_lo = np.asarray(arm.workspace_min, dtype=float) + WORKSPACE_MARGIN
+        self._box_hi = np.asarray(arm.workspace_max, dtype=float) - WORKSPACE_MARGIN
         self._sessions: dict[str, _Session] = {}
         self._lock = threading.Lock()
         self._meta = ModelMeta(
@@ -162,10 +176,13 @@ class ScriptedPickPlace(PolicyBackend):
             rows[0, 3:6] = limit_norm(rotation_error(quat, orientation),
                                       self._max_rot) / self._scale_r
         p = np.asarray(position, dtype=float).copy()
+        commanded = p.copy()  # where the summed deltas go: what the robot checks
         slow = self._arm.slow_within
         for row in rows:
             step = limit_norm(goal - p, self._max_trans if slow <= 0 else self._max_trans * min(
                 1.0, float(np.linalg.norm(goal - p)) / slow))
+            step = np.clip(commanded + step, self._box_lo, self._box_hi) - commanded
+            commanded += step
             row[:3] = step / self._scale_t
             p += self._arm.realized * step
         return np.clip(rows, self._space.lower, self._space.upper)
