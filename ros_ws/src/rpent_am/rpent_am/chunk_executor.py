@@ -213,9 +213,10 @@ class ChunkExecutor:
                     ended = running.ended() if running is not None else None
                     if ended is not None:
                         refusal, succeeded = ended
-                        # The step that made the task succeed may end a chunk another one
-                        # already preempted, its feedback unheard; the next chunk then ends
-                        # at once, with no step and the success in its result.
+                        # Feedback and result travel apart, and rclpy drops a goal's
+                        # feedback that comes after its result: the success step's feedback
+                        # can be lost, and every later chunk then ends at once, with no
+                        # step and the success only in its result.
                         state["success"] = state["success"] or succeeded
                         state["refused"] = state["refused"] + 1 if refusal else 0
                         if state["refused"] >= MAX_REFUSALS:

@@ -18,6 +18,11 @@ SOUP, BASKET = np.array([0.48, -0.24, 0.04]), np.array([0.61, 0.25, 0.0])
 HAND = SOUP + [0.0, 0.0, 0.12]
 
 
+def _summed_z(chunk: np.ndarray) -> float:
+    """Where the chunk's deltas, summed as the robot sums them, take the hand's height."""
+    return HAND[2] + float(np.sum(chunk[:, 2])) * LIBERO_OSC_DELTA.step_scale[2]
+
+
 def _descend_chunk(arm: ArmGeometry) -> np.ndarray:
     expert = ScriptedPickPlace(LIBERO_OSC_DELTA, lambda _robot, _text: (SOUP, BASKET), arm=arm)
     state = np.array([*HAND, 1.0, 0.0, 0.0, 0.0, 0.08])
@@ -36,6 +41,17 @@ def test_a_chunk_towards_a_goal_near_the_floor_stays_inside_the_workspace():
     # It still heads down to the soup at full speed first.
     assert chunk[0, 2] == pytest.approx(-0.8)
     assert np.all(chunk[:, 2] <= 0.0)
+    assert _summed_z(chunk) == pytest.approx(LOWER[2] + 0.01)
+
+
+def test_a_goal_nearer_the_floor_than_the_margin_stays_reachable():
+    floor = (LOWER[0], LOWER[1], SOUP[2] - 0.004)
+    chunk = _descend_chunk(ArmGeometry(workspace_min=floor, workspace_max=UPPER))
+    check_chunk(chunk, LIBERO_OSC_DELTA.name, [LIBERO_OSC_DELTA], max_horizon=100,
+                ee_position=HAND, workspace=Workspace(floor, UPPER))
+    # The deltas sum down to the soup itself, not to a margin above it the hand could
+    # then never get within the descent's tolerance of.
+    assert _summed_z(chunk) == pytest.approx(SOUP[2])
 
 
 def test_without_the_workspace_the_same_chunk_would_be_refused():

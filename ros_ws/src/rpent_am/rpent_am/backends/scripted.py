@@ -177,11 +177,14 @@ class ScriptedPickPlace(PolicyBackend):
                                       self._max_rot) / self._scale_r
         p = np.asarray(position, dtype=float).copy()
         commanded = p.copy()  # where the summed deltas go: what the robot checks
+        # A goal inside the box but nearer its side than the margin stays reachable.
+        lo = np.minimum(self._box_lo, np.maximum(goal, self._arm.workspace_min))
+        hi = np.maximum(self._box_hi, np.minimum(goal, self._arm.workspace_max))
         slow = self._arm.slow_within
         for row in rows:
             step = limit_norm(goal - p, self._max_trans if slow <= 0 else self._max_trans * min(
                 1.0, float(np.linalg.norm(goal - p)) / slow))
-            step = np.clip(commanded + step, self._box_lo, self._box_hi) - commanded
+            step = np.clip(commanded + step, lo, hi) - commanded
             commanded += step
             row[:3] = step / self._scale_t
             p += self._arm.realized * step
