@@ -298,7 +298,7 @@ class ChunkExecutor:
         def on_step(fb):
             f = fb.feedback
             with wake:
-                stamps.append(f.stamp.sec * 1_000_000_000 + f.stamp.nanosec)
+                stamps.append(stamp_to_ns(f.stamp))
                 state["progress_at"] = time.monotonic()
                 state["since_switch"] += 1
                 state["success"] = state["success"] or f.task_success
