@@ -40,6 +40,24 @@ def node_factory(tmp_path_factory):
         proc.stop()
 
 
+@pytest.fixture(scope="session")
+def example_package(tmp_path_factory) -> Path:
+    """examples/rpent_example installed as pip installs any package (built from a copy, so
+    parallel sessions never build in the checkout), into a folder that is on no path until
+    a test puts it there. Returns that folder."""
+    import shutil
+    import subprocess
+    import sys
+
+    root = tmp_path_factory.mktemp("example_package")
+    source = shutil.copytree(Path(__file__).resolve().parents[1] / "examples" / "rpent_example",
+                             root / "source")
+    subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-deps",
+                    "--no-build-isolation", "--no-index", "--target", str(root / "site"),
+                    str(source)], check=True, timeout=120)
+    return root / "site"
+
+
 @pytest.fixture(scope="module")
 def franka(rclpy_context, node_factory, tmp_path_factory):
     """franky-sim + the Franka node (config/franka.yaml) + a client, for a test module; the

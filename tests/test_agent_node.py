@@ -399,7 +399,8 @@ def pick_and_place_model(conversation, prefix=""):
 def test_an_llm_planner_reaches_native_success_through_each_provider(robot, node_factory,
                                                                      tmp_path, provider):
     """The api planner on a serving agent node, through the provider's real SDK and wire
-    (a local server that speaks it), picks and places twice in a row."""
+    (a local server that speaks it), picks and places twice in a row; the second run's
+    request carries the recipe the first run left in their memory folder."""
     from rpent_testkit.provider_wire import (AnthropicServer, OpenAIChatServer,
                                           OpenAIResponsesServer)
 
@@ -411,19 +412,28 @@ def test_an_llm_planner_reaches_native_success_through_each_provider(robot, node
     with server_class(pick_and_place_model) as server:
         agent = Agent(node_factory, client, tmp_path, "agent_" + provider.replace("-", "_"),
                       planner="api",
-                      model=model, base_url=server.base_url, reset_episode=True)
+                      model=model, base_url=server.base_url, reset_episode=True,
+                      memory_dir=str(tmp_path / "memory"))
+        files = []
         for run in range(2):
             status, result = agent.result(agent.send(SOUP), 400)
             assert status == GoalStatus.STATUS_SUCCEEDED, (run, result.summary,
                                                            server.refused, server.failures)
             assert result.task_success and result.success_source == 1, (run, result.summary)
             tokens = json.loads((Path(result.run_dir) / "result.json").read_text())
+            files.append(tokens)
             assert tokens["input_tokens"] == result.input_tokens == \
                 tokens["cached_input_tokens"] + tokens["uncached_input_tokens"]
             # Anthropic is asked to cache the prompt; OpenAI caches by itself (not here).
             assert (tokens["cached_input_tokens"] > 0) == (provider == "anthropic"), tokens
     assert not server.refused and not server.failures, (server.refused, server.failures)
     assert all(r.model == model.split(":")[1] for r in server.requests)
+    openings = ["\n".join(r.messages[0].texts) for r in server.requests if len(r.messages) == 1]
+    assert len(openings) == 2 and "Recipes from earlier runs" not in openings[0]
+    recipe = files[0]["recipe"]
+    assert files[0]["recipes_seen"] == [] and files[1]["recipes_seen"] == [recipe]
+    assert f"{recipe} (" in openings[1] and "task achieved" in openings[1]
+    assert "move_to({" in openings[1] and '"status": "success"' in openings[1]
 
 
 @pytest.mark.slow

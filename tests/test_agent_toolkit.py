@@ -6,6 +6,7 @@ back (text and camera images) exactly as a real model would receive it, with no 
 from __future__ import annotations
 
 import os
+import re
 import signal
 import threading
 import time
@@ -17,11 +18,13 @@ from pydantic_ai.messages import ModelResponse, TextPart, ToolCallPart, ToolRetu
 from pydantic_ai.models.function import FunctionModel
 
 from code_snippets import PICK_AND_PLACE_SNIPPET
+from distributions import install
 from rpent_agent.memory import MemoryDir
 from rpent_agent.observer import RobotObserver
 from rpent_agent.planners.api import ApiPlanner
 from rpent_agent.toolkit import RunState, Timeouts, Toolkit
 from rpent_contract.client import RobotClient
+from rpent_contract.contributions import ContributionError
 from rpent_contract.processes import wait_until
 from rpent_interfaces.msg import RobotState
 
@@ -102,6 +105,61 @@ def test_model_calls_tools_and_receives_text_and_images(robot, tmp_path):
     # Results bring 2 images (memory_write none); the history the model sees keeps the
     # newest 3 to 8, dropping 6 at a time: of 2, 4, 4 and 6 images, none yet.
     assert image_counts == [2, 4, 4, 6]
+
+
+def test_an_installed_package_adds_a_tool_and_a_prompt(robot, tmp_path, example_package,
+                                                       monkeypatch):
+    """examples/rpent_example, installed: its tool is offered to the model and goes through
+    the refusals every tool goes through; its prompt is in the system prompt for this robot."""
+    monkeypatch.syspath_prepend(str(example_package))
+    toolkit, _ = make_toolkit(robot, tmp_path, images=False)
+    offered, instructions = [], []
+
+    def model(messages, info):
+        offered.append({t.name for t in info.function_tools})
+        instructions.append(messages[0].instructions)
+        return inner(messages, info)
+    script, seen = scripted_model([
+        lambda r: [ToolCallPart("distance_to", {"x": "far", "y": 0.0, "z": 1.0})],
+        lambda r: [ToolCallPart("distance_to", {"x": "inf", "y": 0.0, "z": 1.0})],
+        lambda r: [ToolCallPart("distance_to", {"x": 0.1})],
+        lambda r: [ToolCallPart("distance_to", {"x": 0.1, "y": 0.0, "z": 1.0})],
+        lambda r: [ToolCallPart("finish", {"status": "failure", "summary": "measured"})],
+    ])
+    inner = script.function
+    ApiPlanner(FunctionModel(model)).run(toolkit)
+
+    assert "distance_to" in offered[0] and "observe" in offered[0]
+    assert "check with distance_to that the fingers are within 1 cm" in instructions[0]
+    assert "Example:\nget_object_poses -> move_to 5 cm above" in instructions[0]
+    texts = [seen[i]["distance_to"][0] for i in range(1, 5)]
+    assert texts[0].startswith("ERROR: distance_to refused: could not convert"), texts[0]
+    assert "x, y and z must be finite numbers of metres" in texts[1], texts[1]
+    assert texts[2].startswith("ERROR: distance_to: bad arguments"), texts[2]
+    position = robot[2].state().ee_pose.position
+    expected = ((0.1 - position.x) ** 2 + position.y ** 2 + (1.0 - position.z) ** 2) ** 0.5
+    said = re.match(r"the point is ([\d.]+) m from the end effector \(offset x ", texts[3])
+    assert said and abs(float(said.group(1)) - expected) < 0.002, texts[3]
+    late = toolkit.call("distance_to", {"x": 0.1, "y": 0.0, "z": 1.0})
+    assert not late.ok and "the run has already ended" in late.text
+
+
+TOOL_NAMED_LIKE_OURS = """
+from rpent_agent.toolkit import Tool, ToolResult
+def tools(toolkit):
+    return [Tool("observe", "another observe", {"type": "object", "properties": {}},
+                 lambda: ToolResult("mine"))]
+"""
+
+
+def test_a_package_whose_tool_takes_a_built_in_name_is_named(robot, tmp_path, monkeypatch):
+    site = install(tmp_path / "site", "rpent-clash", "rpent.tools", {"look": "rpent_clash:tools"},
+                   {"rpent_clash": TOOL_NAMED_LIKE_OURS})
+    monkeypatch.syspath_prepend(str(site))
+    with pytest.raises(ContributionError, match=re.escape(
+            "'look' (rpent_clash:tools) of package rpent-clash adds a tool named 'observe', "
+            "which exists already: rename it in that package")):
+        make_toolkit(robot, tmp_path)
 
 
 def test_refused_motion_comes_back_to_the_model_as_text(robot, tmp_path):

@@ -35,7 +35,7 @@ PLAIN_CORES = (
     "rpent_contract.control_space",
     "rpent_contract.motion", "rpent_contract.geometry", "rpent_contract.description",
     "rpent_contract.images", "rpent_contract.operator", "rpent_contract.perception",
-    "rpent_contract.tf_tree",
+    "rpent_contract.tf_tree", "rpent_contract.contributions",
     "rpent_env_sim.libero_sim", "rpent_env_sim.cartesian_controller", "rpent_env_sim.mjcf_urdf",
     "rpent_hw.so101_kinematics",
     "rpent_twins.scene", "rpent_twins.rendering", "rpent_twins.twin_port",
@@ -47,7 +47,7 @@ PLAIN_CORES = (
     "rpent_bag.recorder", "rpent_bag.definitions", "rpent_bag.latency", "rpent_bag.video",
     "rpent_bag.recover", "rpent_bag.check",
     "rpent_agent.code_policy", "rpent_agent.code_sandbox", "rpent_agent.memory",
-    "rpent_agent.skills",
+    "rpent_agent.recipes", "rpent_agent.prompts", "rpent_agent.skills",
     "rpent_agent.transcript", "rpent_agent.planners.api",
     "rpent.eval.stats", "rpent.eval.results", "rpent.eval.report", "rpent.export_dataset",
 )

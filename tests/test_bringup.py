@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from rpent.bringup import BRINGUPS, describe
+from rpent.bringup import BUILT_IN, describe
 
 LAUNCH = Path(__file__).resolve().parents[1] / "launch"
 needs_launch_ros = pytest.mark.skipif(
@@ -42,12 +42,12 @@ def _documented_arguments(path: Path) -> dict:
     return {name: ("" if default == "''" else default) for name, default, *_ in rows}
 
 
-@pytest.mark.parametrize("name", sorted(BRINGUPS))
+@pytest.mark.parametrize("name", sorted(BUILT_IN))
 def test_every_bringup_has_a_launch_file_documenting_its_arguments(name):
     path = LAUNCH / f"{name}.launch.py"
     assert path.exists(), f"{path} missing: every bring-up needs a launch file"
     documented = _documented_arguments(path)
-    declared = {a.name: a.default for a in BRINGUPS[name].arguments}
+    declared = {a.name: a.default for a in BUILT_IN[name].arguments}
     assert documented == declared, "the launch file's argument table drifted from rpent.bringup"
     calls = [n for n in ast.walk(ast.parse(path.read_text())) if isinstance(n, ast.Call)
              and getattr(n.func, "id", "") == "launch_description"]
@@ -56,11 +56,11 @@ def test_every_bringup_has_a_launch_file_documenting_its_arguments(name):
 
 def test_every_launch_file_is_a_bringup():
     assert sorted(p.name[:-len(".launch.py")] for p in LAUNCH.glob("*.launch.py")) == \
-        sorted(BRINGUPS)
+        sorted(BUILT_IN)
 
 
 @needs_launch_ros
-@pytest.mark.parametrize("name", sorted(BRINGUPS))
+@pytest.mark.parametrize("name", sorted(BUILT_IN))
 def test_launch_actions_match_the_description(name):
     from launch import LaunchContext
     from launch.actions import DeclareLaunchArgument, OpaqueFunction
@@ -69,7 +69,7 @@ def test_launch_actions_match_the_description(name):
     from rpent.launch_files import launch_description
 
     given = {"run_dir": "/tmp/run"} if any(a.name == "run_dir"
-                                           for a in BRINGUPS[name].arguments) else {}
+                                           for a in BUILT_IN[name].arguments) else {}
     context = LaunchContext()
     entities = launch_description(name).entities
     for entity in entities:
@@ -111,7 +111,7 @@ def test_launch_defaults_are_the_config_files(config):
     from rpent.bringup import config_dir
 
     block = yaml.safe_load((Path(config_dir()) / config).read_text())["/**"]["ros__parameters"]
-    defaults = {a.name: a.default for a in BRINGUPS["libero_sim"].arguments}
+    defaults = {a.name: a.default for a in BUILT_IN["libero_sim"].arguments}
     drifted = {name: (defaults[name], block[name]) for name in FORWARDED[config]
                if defaults[name] != ("" if block[name] is None else str(block[name]).lower())}
     assert not drifted, f"launch default vs {config}: {drifted}"
@@ -120,7 +120,7 @@ def test_launch_defaults_are_the_config_files(config):
 def test_ros2_launch_command_line_is_checked_like_the_starters():
     from rpent.launch_files import launched_directly
 
-    bringup = BRINGUPS["libero_sim"]
+    bringup = BUILT_IN["libero_sim"]
     with pytest.raises(ValueError, match=r"tsk_id \(did you mean task_id\?\)"):
         bringup.check_command_line(["tsk_id:=3", "suite:=libero_10"])
     # ros2 launch's own --launch-prefix arrives as an argument of the launch file.

@@ -221,10 +221,12 @@ def first_located(run_dir: Path) -> list:
 def test_a_twin_suite_runs_like_a_libero_suite_one_worker_start_per_task(tmp_path):
     """The SO-101 twin's first two tasks at two placement seeds: the twin's operator answers
     the verdicts the agent asks for, each episode starts from the items its seed places, and
-    the worker is started once per task (the robot node carries the task's instruction)."""
+    the worker is started once per task (the robot node carries the task's instruction).
+    The episodes share a named memory folder: each records the recipes it was shown."""
     out = tmp_path / "ev"
     ev = Eval("--suites", "so101_tabletop", "--tasks", "0-1", "--init-states", "0-1",
-              "--workers", "1", "--out", str(out), "planner:=scripted")
+              "--workers", "1", "--out", str(out), "planner:=scripted",
+              f"memory_dir:={tmp_path / 'memory'}")
     assert ev.finish(900) == 0, ev.output()[-4000:]
     assert len(re.findall(r"\[eval\] worker 0 ready", ev.output())) == 2, ev.output()[-4000:]
     rows = {r["episode"]: r for r in records(out)}
@@ -249,6 +251,12 @@ def test_a_twin_suite_runs_like_a_libero_suite_one_worker_start_per_task(tmp_pat
         a, b = (first_located(Path(rows[f"so101_tabletop/{task}/{i}/0"]["run_dir"]))
                 for i in (0, 1))
         assert max(abs(x - y) for x, y in zip(a[:2], b[:2])) > 0.02, (a, b)
+        # The later episode of the task was shown the earlier one's recipe; the other task's
+        # instruction is too different to be shown.
+        pair = [rows[f"so101_tabletop/{task}/{i}/0"] for i in (0, 1)]
+        made = [json.loads((Path(r["run_dir"]) / "result.json").read_text())["recipe"]
+                for r in pair]
+        assert [r["recipes_seen"] for r in pair] in ([[], [made[0]]], [[made[1]], []]), pair
     report = json.loads((out / "report.json").read_text())
     assert [t["task"] for t in report["tasks"]] == ["cube_in_bowl", "bar_on_plate"]
     assert report["overall"]["episodes"] == 4

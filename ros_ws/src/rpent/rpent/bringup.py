@@ -4,6 +4,7 @@ Two starters read these descriptions and nothing else: the launch files in ``lau
 (``ros2 launch rpent libero_sim.launch.py``) and :mod:`rpent.start` where ``ros2 launch``
 is absent. A bring-up is a table of launch arguments plus a function from their values
 to :class:`NodeSpec` entries; neither starter adds nodes or parameters of its own.
+Installed packages add bring-ups of their own the same way (:func:`bringups`).
 """
 from __future__ import annotations
 
@@ -14,6 +15,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable, Optional
 
+from rpent_contract.contributions import BRINGUPS as BRINGUP_GROUP
+from rpent_contract.contributions import ContributionError, contributions
 from rpent_contract.processes import node_executable, ros_args
 
 
@@ -569,7 +572,8 @@ def _action_model(args: dict) -> list:
     return [_model_node(args, args["namespace"].strip("/"), params, required=True)]
 
 
-BRINGUPS = {b.name: b for b in (
+# The bring-ups rpent itself registers; installed packages add theirs (bringups()).
+BUILT_IN = {b.name: b for b in (
     Bringup("libero_sim", "a LIBERO task: simulated robot, action model, agent", (
         Argument("suite", "libero_object", "LIBERO / LIBERO-PRO suite"),
         Argument("task_id", "0", "task index in the suite"),
@@ -620,11 +624,29 @@ BRINGUPS = {b.name: b for b in (
 )}
 
 
-def describe(bringup: str, given: Optional[dict] = None) -> list:
-    """The nodes of ``bringup`` for the given argument values (defaults for the rest)."""
+def bringups() -> dict:
+    """Every bring-up by name: the built-in ones, then those installed packages contribute
+    (entry point group ``rpent.bringups``, :mod:`rpent_contract.contributions`)."""
+    found = dict(BUILT_IN)
+    for each in contributions(BRINGUP_GROUP, Bringup):
+        if each.value.name in found:
+            raise ContributionError(f"{each} registers a bring-up named '{each.value.name}', "
+                                    "which exists already: rename it in that package")
+        found[each.value.name] = each.value
+    return found
+
+
+def get(bringup: str) -> Bringup:
+    """The bring-up named ``bringup``, or a ValueError naming those there are."""
+    known = bringups()
     try:
-        b = BRINGUPS[bringup]
+        return known[bringup]
     except KeyError:
         raise ValueError(f"unknown bring-up '{bringup}'; choose one of "
-                         f"{', '.join(BRINGUPS)}") from None
+                         f"{', '.join(known)}") from None
+
+
+def describe(bringup: str, given: Optional[dict] = None) -> list:
+    """The nodes of ``bringup`` for the given argument values (defaults for the rest)."""
+    b = get(bringup)
     return b.nodes(b.resolve(given or {}))

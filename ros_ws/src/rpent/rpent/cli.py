@@ -3,6 +3,7 @@
     rpent eval ...      success rates over LIBERO suites (rpent eval --help)
     rpent export-dataset BAGS... --out DIR   recorded runs to a LeRobot dataset
     rpent latency BAG   the control loop's latency per action chunk of a recorded run
+    rpent memory list|show|prune|export   the recipes runs left in their memory folders
     rpent operator ...  answer the agent's requests to the operator (rpent operator --help)
     rpent task start|cancel   start or cancel a run of a serving agent (serve:=true)
     rpent check-bag BAGS... every message there and decodable, none dropped, no step missing
@@ -25,6 +26,8 @@ COMMANDS = {
                                      "none dropped, no executed step missing"),
     "recover-bag": ("rpent_bag.recover", "a bag whose recorder was killed as a closed bag, up "
                                          "to its last complete chunk"),
+    "memory": ("rpent_agent.recipes", "the recipes runs left in their memory folders: list, "
+                                      "show, prune, export"),
     "operator": ("rpent.operator", "answer the agent's requests to the person at the robot "
                                    "(verdicts, scene resets)"),
     "task": ("rpent.task", "start or cancel a run of a serving agent (a bring-up with "

@@ -9,7 +9,7 @@ import os
 import shlex
 import sys
 
-from .bringup import BRINGUPS, NodeSpec
+from .bringup import NodeSpec, get
 
 
 class RunFailed(RuntimeError):
@@ -66,7 +66,7 @@ def launch_description(bringup: str):
     from launch.actions import DeclareLaunchArgument, OpaqueFunction
     from launch.substitutions import LaunchConfiguration
 
-    b = BRINGUPS[bringup]
+    b = get(bringup)
 
     def nodes(context):
         # ros2 launch ignores an argument no launch file declares; ours refuse it, but only

@@ -20,9 +20,10 @@ import threading
 import time
 from typing import Optional
 
+from rpent_contract.contributions import ContributionError
 from rpent_contract.processes import die_with_parent
 
-from .bringup import BRINGUPS, NodeSpec, describe
+from .bringup import NodeSpec, bringups, describe
 
 STOP_TIMEOUT = 15.0
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
@@ -118,7 +119,7 @@ def run(bringup: str, given: dict) -> int:
 
 def _usage() -> str:
     lines = ["usage: python -m rpent.start BRINGUP [name:=value ...]", ""]
-    for b in BRINGUPS.values():
+    for b in bringups().values():
         lines.append(f"{b.name}: {b.summary}")
         lines += [f"    {a.name:<18} {a.default!r:<16} {a.help}" for a in b.arguments]
     return "\n".join(lines)
@@ -127,7 +128,11 @@ def _usage() -> str:
 def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if not argv or argv[0] in ("-h", "--help", "--list"):
-        print(_usage())
+        try:
+            print(_usage())
+        except ContributionError as err:
+            print(f"[rpent.start] {err}", file=sys.stderr)
+            return 2
         return 0 if argv else 2
     given = {}
     for item in argv[1:]:
@@ -139,7 +144,7 @@ def main(argv=None) -> int:
         given[name] = value
     try:
         return run(argv[0], given)
-    except (ValueError, FileNotFoundError) as err:
+    except (ValueError, FileNotFoundError, ContributionError) as err:
         print(f"[rpent.start] {err}", file=sys.stderr)
         return 2
 

@@ -28,6 +28,7 @@ from rclpy.signals import SignalHandlerOptions
 
 from rpent_contract import params
 from rpent_contract.client import RobotClient, signals_held
+from rpent_contract.contributions import ContributionError
 from rpent_contract.processes import node_executable
 from rpent_contract.serving import action_server
 from rcl_interfaces.msg import Log
@@ -37,11 +38,12 @@ from rpent_interfaces.srv import StartRun
 from std_srvs.srv import Trigger
 from visualization_msgs.msg import MarkerArray
 
-from . import agentlog
+from . import agentlog, recipes
 from .markers import SceneMarkers
 from .memory import MemoryDir, lasting_folder
 from .observer import RobotObserver
 from .planners import PLANNERS, choose
+from .prompts import contributed_prompt
 from .toolkit import CodeSettings, RunState, Timeouts, Toolkit
 from .transcript import Transcript
 from .video import EpisodeVideo
@@ -180,6 +182,10 @@ class AgentNode(Node):
             self.executor_, self.model_meta = self._connect_action_model(self.action_model)
             self.skills = self._connect_skills()
             self.perception_client = self._connect_perception()
+            # What installed packages add (rpent_contract.contributions): one that is broken
+            # stops the node now, naming it, rather than every run.
+            self._new_toolkit(RunState("", 1, 0)).close()
+            contributed_prompt(self.info.embodiment)
             self.planner = self._make_planner()
         except TimeoutError as err:
             self.robot.close()  # set: constructing it raises no TimeoutError
@@ -296,7 +302,8 @@ class AgentNode(Node):
             return lasting_folder(self.info.embodiment, task.suite if task is not None else "")
         return Path(self.memory_dir).resolve() if self.memory_dir else run_dir / "memory"
 
-    def _new_toolkit(self, run, memory=None, listener=None, run_dir=None) -> Toolkit:
+    def _new_toolkit(self, run, memory=None, listener=None, run_dir=None,
+                     shown=()) -> Toolkit:
         code = None
         if self.policy_mode == "code":
             code = CodeSettings(Path(run_dir or self.output_dir) / "code_policy",
@@ -306,7 +313,7 @@ class AgentNode(Node):
                        executor=self.executor_, model_meta=self.model_meta,
                        perception=self.perception_client, skills=self.skills,
                        timeouts=self.timeouts, images=self.images, code=code,
-                       **({"listener": listener} if listener else {}))
+                       recipes=shown, **({"listener": listener} if listener else {}))
 
     # --- action server -------------------------------------------------------------------
     def _refusal(self, instruction: str) -> Optional[str]:
@@ -464,7 +471,13 @@ class AgentNode(Node):
 
         video = EpisodeVideo(self.info.control_rate or 20.0) if self.video_enabled else None
         memory = MemoryDir(self._memory_folder(run_dir))
-        toolkit = self._new_toolkit(run, memory, listener, run_dir)
+        task = self.observer.task()
+        suite, task_id = (task.suite, int(task.task_id)) if task is not None else ("", -1)
+        known, unreadable = recipes.read_all(memory.root)
+        for line in unreadable:
+            self.get_logger().warning(f"memory folder {memory.root}: {line}")
+        shown = recipes.best(known, instruction, suite, task_id)
+        toolkit = self._new_toolkit(run, memory, listener, run_dir, shown)
         self.get_logger().info(f"run {run_id}: '{instruction}' ({run_dir})")
         with self._scene_lock:
             self._markers.publish(self._scene.clear(self.get_clock().now().to_msg()))
@@ -512,7 +525,18 @@ class AgentNode(Node):
                    "output_tokens": run.output_tokens,
                    # Tool calls still running when the run ended: motions stopped, the
                    # rest waited for.
-                   "calls_at_end": ended_calls}
+                   "calls_at_end": ended_calls,
+                   "recipes_seen": [r.name for r in shown]}
+        if toolkit.history and not run.cancel.is_set():
+            # A canceled run was ended by someone, which says nothing about the task.
+            recipe = recipes.from_calls(
+                toolkit.history, instruction=instruction, robot=self.info.embodiment,
+                status=status, task_success=task_success, suite=suite, task_id=task_id,
+                run_id=run_id, turns=run.turns, steps=run.steps_used)
+            try:
+                outcome["recipe"] = recipes.write(memory, recipe)
+            except (OSError, ValueError) as err:  # a lost recipe must not lose the result
+                outcome["recipe_error"] = f"{type(err).__name__}: {err}"
         extra = {}
         if self.planner_name == "api":
             from .planners.api import messages_json
@@ -619,8 +643,9 @@ def main(args=None):
     try:
         try:
             node = AgentNode()
-        # Bad parameters, an incompatible action model, a robot that never answered.
-        except (ValueError, TimeoutError) as err:
+        # Bad parameters, an incompatible action model, a robot that never answered, an
+        # installed package's broken contribution.
+        except (ValueError, TimeoutError, ContributionError) as err:
             rclpy.logging.get_logger("agent").fatal(str(err))
             code = 2
             return code

@@ -13,14 +13,20 @@ import tempfile
 from pathlib import Path
 
 INDEX_FILES = 50  # files the index at the start of a run lists, newest first
+# Where runs leave their recipes (rpent_agent.recipes): shown to a run by match, not listed.
+RECIPE_FOLDER = "recipes"
+
+
+def data_folder() -> Path:
+    """rpent's folder under the user's data folder ($XDG_DATA_HOME, else ~/.local/share)."""
+    data = os.environ.get("XDG_DATA_HOME") or os.path.join(os.path.expanduser("~"), ".local",
+                                                           "share")
+    return Path(data) / "rpent"
 
 
 def lasting_folder(embodiment: str, family: str) -> Path:
-    """The memory that lasts across runs of one robot and task family, under the user's data
-    folder ($XDG_DATA_HOME, else ~/.local/share)."""
-    data = os.environ.get("XDG_DATA_HOME") or os.path.join(os.path.expanduser("~"), ".local",
-                                                           "share")
-    return Path(data) / "rpent" / "memory" / _folder_name(embodiment) / _folder_name(family)
+    """The memory that lasts across runs of one robot and task family."""
+    return data_folder() / "memory" / _folder_name(embodiment) / _folder_name(family)
 
 
 def _folder_name(text: str) -> str:
@@ -84,8 +90,11 @@ class MemoryDir:
 
     def index(self) -> str:
         """What the folder holds, newest first, each file with its first line: what a run
-        is shown as it starts ('' when empty)."""
-        files = sorted(self._files(), key=lambda p: p.stat().st_mtime, reverse=True)
+        is shown as it starts ('' when empty). Recipes are only counted: a run is shown
+        those that match its task."""
+        recipes = self.root / RECIPE_FOLDER
+        files = sorted((p for p in self._files() if recipes not in p.parents),
+                       key=lambda p: p.stat().st_mtime, reverse=True)
         lines = []
         for path in files[:INDEX_FILES]:
             with path.open(errors="replace") as text:
@@ -93,4 +102,7 @@ class MemoryDir:
             lines.append(f"- {path.relative_to(self.root)}" + (f": {first}" if first else ""))
         if len(files) > INDEX_FILES:
             lines.append(f"- ... and {len(files) - INDEX_FILES} older files (memory_list)")
+        count = sum(1 for p in self._files() if recipes in p.parents)
+        if count:
+            lines.append(f"- {RECIPE_FOLDER}/: {count} recipes of earlier runs")
         return "\n".join(lines)

@@ -14,13 +14,14 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Optional, Sequence
 
 import cv2
 import numpy as np
 from action_msgs.msg import GoalStatus
 
 from rpent_contract.client import ContractTimeout
+from rpent_contract.contributions import TOOLS, ContributionError, contributions
 from rpent_contract.geometry import (
     quaternion_multiply,
     quaternion_to_rpy,
@@ -32,6 +33,7 @@ from rpent_contract.names import OBJECT_POSES_SERVICE
 from .code_policy import CodeRunner
 from .code_sandbox import PRELOADED
 from .memory import MemoryDir, MemoryRefused
+from .recipes import Recipe, opening_section
 
 FINISH_STATUSES = ("success", "failure", "stuck")
 # Tools that set the robot moving: when a run ends with one still in flight, it is stopped.
@@ -67,6 +69,8 @@ class Tool:
     # The handler reports the robot's data: it waits for data measured after the call
     # before it runs (other tools with images wait after they ran, for the data they left).
     reads_robot: bool = False
+    # It sets the robot moving: a run that ends while it runs stops the robot.
+    moves: bool = False
 
 
 @dataclass
@@ -130,19 +134,23 @@ class Toolkit:
                  executor=None, model_meta=None, perception=None, skills=(),
                  timeouts: Timeouts = Timeouts(), images: bool = True,
                  listener: Callable[..., None] = lambda **_: None,
-                 code: Optional[CodeSettings] = None):
+                 code: Optional[CodeSettings] = None, recipes: Sequence[Recipe] = ()):
         self.robot, self.info, self.observer, self.run = robot, info, observer, run
+        self.recipes = list(recipes)  # shown in the opening
+        # Every call as it ended: {"tool", "arguments", "ok", "result"}, for the run's recipe.
+        self.history: list[dict] = []
         self.memory, self.executor, self.model_meta = memory, executor, model_meta
         # (Skill, its ChunkExecutor, its model's ModelMeta) for each configured skill.
         self.skills = list(skills)
         self._executors = list(dict.fromkeys(
             [e for e in [executor] + [e for _, e, _ in self.skills] if e is not None]))
-        self._motion_tools = set(MOTION_TOOLS) | {skill.name for skill, _, _ in self.skills}
         self.perception = perception
         self.timeouts, self.images, self.listener = timeouts, images, listener
         # Every tool; what the model is offered (``tools``) is all of them, or in code mode
         # run_code and the operator requests, with the rest behind robo.<tool>(...).
         self._catalog: dict[str, Tool] = {t.name: t for t in self._build()}
+        self._motion_tools = set(MOTION_TOOLS) | {skill.name for skill, _, _ in self.skills} \
+            | {t.name for t in self._catalog.values() if t.moves}
         self.tools: dict[str, Tool] = dict(self._catalog)
         self._code = None
         if code is not None:
@@ -284,6 +292,28 @@ class Toolkit:
         if clash:
             raise ValueError(f"skills named as the agent's own tools: {', '.join(clash)}; "
                              "rename them in skills_file")
+        return tools + self._contributed_tools(set(names))
+
+    def _contributed_tools(self, taken: set) -> list[Tool]:
+        """The tools installed packages add for this robot (entry point group
+        ``rpent.tools``: a function of this toolkit returning Tools, none where they do not
+        apply). Their calls take the same path as the built-in tools'."""
+        tools = []
+        for each in contributions(TOOLS):
+            try:
+                provided = list(each.value(self))
+            except Exception as err:  # noqa: BLE001 - a third party's code, named below
+                raise ContributionError(f"{each} failed to make its tools: "
+                                        f"{type(err).__name__}: {err}") from err
+            for tool in provided:
+                if not isinstance(tool, Tool):
+                    raise ContributionError(f"{each} returned a {type(tool).__name__}, not an "
+                                            "rpent_agent.toolkit.Tool")
+                if tool.name in taken:
+                    raise ContributionError(f"{each} adds a tool named '{tool.name}', which "
+                                            "exists already: rename it in that package")
+                taken.add(tool.name)
+                tools.append(tool)
         return tools
 
     def _run_code_tool(self, code: CodeSettings) -> Tool:
@@ -360,6 +390,9 @@ class Toolkit:
                 if self.images:
                     result.images = self._camera_pngs(result.cameras) + result.images
         duration = time.monotonic() - start
+        with self._calls_lock:
+            self.history.append({"tool": name, "arguments": arguments, "ok": result.ok,
+                                 "result": result.text})
         self.listener(kind="tool_result", tool_name=name, text=result.text, ok=result.ok,
                       duration=duration, images=len(result.images), data=result.data)
         return result
@@ -679,13 +712,15 @@ class Toolkit:
         self._stop_robot(timeout)
 
     def opening(self) -> str:
-        """What a run's first message says: the task, and what its memory folder holds."""
+        """What a run's first message says: the task, what its memory folder holds, and the
+        recipes of earlier runs of similar tasks."""
         text = f"Task: {self.run.instruction}"
         index = self.memory.index() if self.memory is not None else ""
         if index:
             text += ("\n\nYour memory folder holds, from earlier runs (newest first; "
                      f"memory_read opens a file):\n{index}")
-        return text
+        recipes = opening_section(self.recipes)
+        return text + f"\n\n{recipes}" if recipes else text
 
     def describe(self) -> list[dict[str, Any]]:
         return [{"name": t.name, "description": t.description, "parameters": t.parameters}

@@ -23,7 +23,7 @@ import json
 import sys
 from pathlib import Path
 
-from rpent.bringup import BRINGUPS
+from rpent.bringup import BUILT_IN
 
 from .report import compare, compare_markdown, write_report
 from .results import config_hash, load_records
@@ -56,7 +56,7 @@ def bringup_args(items: list[str], suites) -> dict:
         if name in owned:
             raise ValueError(f"'{name}' is set by the evaluation: use {owned[name]}")
         given[name] = value
-    resolved = BRINGUPS[suites.bringup].resolve(given)
+    resolved = BUILT_IN[suites.bringup].resolve(given)
     return {k: v for k, v in resolved.items() if k not in owned}
 
 

@@ -321,6 +321,9 @@ def _record(result, task: TaskStatus, run_dir: Path, instruction: str,
         "cached_input_tokens": int(files.get("cached_input_tokens", 0)),
         "steps": int(task.step), "episode_id": task.episode_id,
         "video": files.get("video"),
+        # The recipes of earlier runs this one was shown (with a named memory_dir): what an
+        # evaluation with memory is compared on.
+        "recipes_seen": files.get("recipes_seen", []),
     }
 
 

@@ -28,6 +28,8 @@ from pydantic_ai.models import Model, infer_model
 from pydantic_ai.models.wrapper import WrapperModel
 from pydantic_ai.usage import UsageLimits
 
+from ..prompts import contributed_prompt
+
 SYSTEM_PROMPT = """You control a robot arm through tools. Each tool result shows what \
 happened and the current camera images. Work step by step: look, act, check the result. \
 Positions are metres in the robot base frame. If the task status never reports success \
@@ -47,8 +49,10 @@ CONTINUE_PROMPT = ("You replied without calling a tool. Continue the task with t
 
 
 def instructions_for(toolkit, system_prompt: str = SYSTEM_PROMPT) -> str:
-    """The system prompt of a run: in code mode with the line that says how to act."""
-    return system_prompt + (CODE_PROMPT if "run_code" in toolkit.tools else "")
+    """The system prompt of a run: what installed packages add for its robot, and in code
+    mode the line that says how to act."""
+    return (system_prompt + contributed_prompt(toolkit.info.embodiment)
+            + (CODE_PROMPT if "run_code" in toolkit.tools else ""))
 
 
 RETRY_STATUS = {408, 409, 425, 429, 500, 502, 503, 504, 529}
