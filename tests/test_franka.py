@@ -92,6 +92,47 @@ def test_ee_delta_chunk_integrates_to_its_sum(franka):
                                atol=0.005)
 
 
+def _chunk_with_reflexes(client, sim, after_steps):
+    """A 30-step chunk along y (6 cm); the arm aborts the motion with a late-stream reflex
+    (franky-sim's, on cue) once the feedback reaches each of ``after_steps``."""
+    from rpent_contract.control_space import array_to_chunk
+
+    rows = np.zeros((30, 7))
+    rows[:, 1] = 0.002
+    goal = ExecuteChunk.Goal()
+    array_to_chunk(rows, "ee_delta", goal.chunk)
+    pending = sorted(after_steps)
+
+    def on_feedback(fb):
+        if pending and fb.feedback.step >= pending[0]:
+            pending.pop(0)
+            sim.reflex()
+    return client.send("execute_chunk", goal, feedback=on_feedback).result(60)
+
+
+def test_a_chunk_the_arm_aborts_for_late_commands_resumes_and_says_so(franka):
+    """A loaded controller PC sends its commands late, and a real FR3 then aborts the motion
+    with a communication_constraints_violation reflex. The chunk recovers, sends its row
+    again and reaches its sum, and robot_state says what happened and what to do; once
+    reflex_retries (2) are used up, the chunk fails with the robot's message."""
+    client, sim, _node = franka
+    assert client.reset().success
+    start = _position(_state(client).ee_pose)
+    status, result = _chunk_with_reflexes(client, sim, [5, 15])
+    assert status == SUCCEEDED and result.steps_executed == 30, result.message
+    np.testing.assert_allclose(_position(result.final_ee_pose), start + [0.0, 0.06, 0.0],
+                               atol=0.005)
+    said = " ".join(_state(client).errors)
+    assert "communication_constraints_violation" in said and \
+        "recovered and resumed the chunk" in said and "PREEMPT_RT" in said, said
+
+    status, result = _chunk_with_reflexes(client, sim, [3, 8, 13])
+    assert status == ABORTED and result.steps_executed < 30, result
+    assert "motion aborted by reflex" in result.message and \
+        "communication_constraints_violation" in result.message, result.message
+    assert client.reset().success  # and the arm goes on
+
+
 def test_joint_chunk_reaches_its_last_row(franka):
     client, _sim, _node = franka
     q = np.array(_state(client).joint_positions[:7])

@@ -16,7 +16,12 @@ stopping in between. Cancel, ``stop``, a preempting goal and the safety watchdog
 arm with franky's stop motion for the active control signal, within one control period.
 Every motion passes the safety layer (:mod:`rpent_hw.safety`) before anything moves.
 
-A reflex / control exception fails the running goal with franky's message, shows in
+A controller PC that misses the arm's 1 kHz deadlines (a loaded machine without a real-time
+kernel) makes the arm abort a valid stream: a ``communication_constraints_violation`` or
+discontinuity reflex, or franky's planner failing ("Motion planner failed with error code
+-111"). A chunk recovers from such an error and sends its row again, ``reflex_retries``
+times, with a warning in ``robot_state.errors``. Any other reflex / control exception (a
+collision, a limit) fails the running goal with franky's message, shows in
 ``robot_state.errors`` and triggers ``recover_from_errors`` once; if that fails the node
 refuses motions until ``reset`` succeeds in recovering. A lost connection (robot powered
 off, network cut, franky-sim stopped) is reported the same way and retried every second.
@@ -63,6 +68,12 @@ GRIPPER_MAX_WIDTH = 0.08  # m, Franka Hand
 GRIPPER_MAX_FORCE = 70.0  # N, Franka Hand continuous force
 GRIPPER_TOLERANCE = 0.004  # m
 RECONNECT_PERIOD = 1.0  # s
+RECOVERY_STATE_WAIT = 0.05  # s for the arm's state to show a recovery (50 of its cycles)
+# What franky raises when the commands reached the arm late: nothing about the motion
+# itself is wrong, so after recovery the same target can be sent again.
+LATE_STREAM_ERRORS = ("communication_constraints_violation", "motion_generator_velocity_"
+                      "discontinuity", "motion_generator_acceleration_discontinuity",
+                      "Motion planner failed")
 
 
 class RobotFault(RuntimeError):
@@ -97,6 +108,7 @@ class FrankaSettings(ArmSettings):
     gripper_speed: float  # m/s
     gripper_force: float  # N when a goal gives none
     connect_timeout: float  # s to keep trying to reach the arm at start-up
+    reflex_retries: int  # times per chunk a late-stream error is recovered from
 
 
 class FrankaDriver(ArmDriver):
@@ -118,6 +130,7 @@ class FrankaDriver(ArmDriver):
         self._state_period = 1.0 / settings.state_rate
         self._home = np.asarray(settings.home_joints, dtype=np.float64)
         self._settle_velocity = settings.settle_velocity
+        self._reflex_retries = settings.reflex_retries
         self._gripper_speed, self._gripper_force = settings.gripper_speed, settings.gripper_force
         self._description = RobotDescription(
             embodiment=self.embodiment, simulated=False,
@@ -293,7 +306,7 @@ class FrankaDriver(ArmDriver):
                 return franky.JointMotion(actions[i, :7], franky.ReferenceType.Absolute,
                                           relative_dynamics_factor=self._dynamics)
         self._approve(f"execute_chunk: {len(actions)} steps in {space.name}", motion)
-        done = 0
+        done, retries = 0, [self._reflex_retries]
         try:
             self._halt_other_signal(robot, franky.ControlSignalType.CartesianPose
                                     if positions is not None
@@ -302,17 +315,10 @@ class FrankaDriver(ArmDriver):
             try:
                 t_next = time.monotonic()
                 for i in range(len(actions)):
-                    with self._cmd_lock:
-                        if motion.stopped:
-                            break
-                        robot.move(command(i), asynchronous=True)
-                        if positions is None:
-                            with self._lock:
-                                self._joint_target = actions[i, :7].copy()
-                        self._gripper_action(actions[i, -1])
-                    self.watchdog.feed()
-                    t_next = self._tick(t_next, motion)
-                    robot.poll_motion()  # raises the reflex / control error of a failed motion
+                    t_next = self._stream_row(robot, lambda: command(i), actions[i],
+                                              positions is None, motion, t_next, retries)
+                    if t_next is None:
+                        break
                     done += 1
                     motion.feedback(self._counted(self.snapshot()), i)
             finally:
@@ -476,6 +482,48 @@ class FrankaDriver(ArmDriver):
             raise GoalRejected(f"{fault}")
         return robot
 
+    def _stream_row(self, robot, command, row, joint_row: bool, motion: Motion, t_next: float,
+                    retries: list) -> Optional[float]:
+        """Send a chunk's row and wait out its control period; the next period's deadline,
+        or None when the motion was stopped before the row was sent. A late-stream error is
+        recovered from and the row sent again while ``retries[0]`` lasts; any other failure
+        of the motion raises."""
+        while True:
+            try:
+                with self._cmd_lock:
+                    if motion.stopped:
+                        return None
+                    robot.move(command(), asynchronous=True)
+                    if joint_row:
+                        with self._lock:
+                            self._joint_target = row[:7].copy()
+                    self._gripper_action(row[-1])
+                self.watchdog.feed()
+                t_next = self._tick(t_next, motion)
+                robot.poll_motion()  # raises the reflex / control error of a failed motion
+                return t_next
+            except Exception as err:
+                if retries[0] <= 0 or motion.stopped or \
+                        not any(e in str(err) for e in LATE_STREAM_ERRORS):
+                    raise
+                retries[0] -= 1
+                self._resume_after(robot, err)
+                t_next = time.monotonic()
+
+    def _resume_after(self, robot, err: Exception) -> None:
+        """Recover from a late-stream error (raising it again if recovery fails) and say so
+        in robot_state.errors until the next goal."""
+        if robot.has_errors and not robot.recover_from_errors() and \
+                not _errors_clear_within(robot, RECOVERY_STATE_WAIT):
+            raise err
+        what = " ".join(str(err).split())  # libfranka's message spans lines
+        message = (f"execute_chunk: {what}; recovered and resumed the chunk. The controller "
+                   "missed the arm's 1 kHz deadlines: run it on a PREEMPT_RT kernel "
+                   "(realtime_mode: enforce) without other load")
+        self._log.warning(message)
+        with self._lock:
+            self._notice = message
+
     def _tick(self, t_next: float, motion: Optional[Motion] = None) -> float:
         """Wait out the control period (less when ``motion`` is stopped meanwhile: a
         chunk taking over must not leave the arm to reach its last target and dwell
@@ -599,6 +647,18 @@ def _moving(robot) -> bool:
     return bool(robot.is_in_control)
 
 
+def _errors_clear_within(robot, timeout: float) -> bool:
+    """Whether the robot reports no error within ``timeout``: franky's recover_from_errors
+    answers from the newest state it has, which may have left the arm just before the
+    recovery took effect."""
+    deadline = time.monotonic() + timeout
+    while robot.has_errors:
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.002)
+    return True
+
+
 def _active_errors(errors) -> list[str]:
     return [name for name in dir(errors) if not name.startswith("_")
             and isinstance(getattr(errors, name), bool) and getattr(errors, name)]
@@ -660,6 +720,11 @@ class FrankaNode(ArmNode):
             connect_timeout=d("connect_timeout", 15.0, "Keep trying to reach the arm for this "
                               "long at start-up (it may come up after the node), s",
                               params.non_negative),
+            reflex_retries=d("reflex_retries", 2, "Times per chunk the arm's abort of a "
+                             "late command stream (communication_constraints_violation, a "
+                             "discontinuity, franky's planner failing) is recovered from and "
+                             "the row sent again; 0 fails the chunk at once",
+                             lambda v: None if v >= 0 else "must be >= 0"),
             gripper_speed=d("gripper_speed", 0.05, "Finger speed, m/s", params.positive),
             gripper_force=d("gripper_force", 20.0, "Grasp force when a goal gives none, N",
                             lambda v: None if 0 < v <= GRIPPER_MAX_FORCE

@@ -6,9 +6,15 @@
         # in the model, and the twin port (rpent_twins.twin_port) on 127.0.0.2:8767
 
 Same server as the ``franky-sim`` command (which needs ``-s mujoco`` when Genesis is not
-installed) with one change: the wrist joints' damping. franky-sim's default (200 Nm s/rad
-on joints 5-7) is beyond what its explicit 1 ms PD update can stabilise for the wrist's
-small inertia, so joint 7 chatters by ~1e-4 rad forever after any motion; 80 settles.
+installed) with two changes:
+
+* the wrist joints' damping. franky-sim's default (200 Nm s/rad on joints 5-7) is beyond
+  what its explicit 1 ms PD update can stabilise for the wrist's small inertia, so joint 7
+  chatters by ~1e-4 rad forever after any motion; 80 settles.
+* the reflex a real FR3 has and franky-sim does not: on SIGUSR1 the running motion is
+  aborted as an FR3 aborts it when its commands arrive late (a busy controller PC): the
+  Move command is answered "aborted by reflex", and the robot reports
+  ``communication_constraints_violation`` in reflex mode until automatic error recovery.
 
 :class:`FrankySimProcess` runs it as a child process on a free loopback address (one
 client per simulated robot, so parallel sessions each get their own address).
@@ -79,6 +85,7 @@ def main(argv=None) -> None:
         if scene is not None:
             xml = _add_scene(sim, scene)
         with franky_sim.SimulationServer(sim, hostname_candidates=[args.hostname]) as server:
+            Reflexes(robot.server, sim)
             host = None
             if scene is not None:
                 host = _serve_twin(sim, scene, xml, args)
@@ -91,6 +98,60 @@ def main(argv=None) -> None:
                 if host is not None:
                     host.close()
                     print(host.clock.report(float(sim.data.time)), flush=True)
+
+
+# The index of the error a late command stream raises among the robot state's 41 error
+# flags: research_interface::robot::Error::kCommunicationConstraintsViolation.
+COMMUNICATION_CONSTRAINTS_VIOLATION = 25
+
+
+class Reflexes:
+    """The FR3's reflex on a late command stream, on demand (SIGUSR1), for franky-sim's robot
+    server: what a node must survive on a busy real-time PC, reproduced on cue."""
+
+    def __init__(self, server, sim):
+        from franky_sim.franka_robot_protocol import (AutomaticErrorRecoveryCommand,
+                                                      MoveStatus, RobotCommand, RobotMode)
+        from franky_sim.franka_server import BaseCommand
+
+        self._server, self._pending, self.active = server, False, False
+        self._modes, self._reply = (RobotMode, MoveStatus, RobotCommand), BaseCommand.send_response
+        errors = [False] * 41
+        errors[COMMUNICATION_CONSTRAINTS_VIOLATION] = True
+        self._errors = tuple(errors)
+        # The robot's state goes out with the reflex while it lasts.
+        server._get_state_bytes = self._state_bytes
+        recover = AutomaticErrorRecoveryCommand.handle
+
+        def handle(command, robot_server):
+            self.active = False
+            recover(command, robot_server)
+        AutomaticErrorRecoveryCommand.handle = handle
+        sim.register_pre_step_callback(lambda _sim: self._step())
+        signal.signal(signal.SIGUSR1, lambda *_: setattr(self, "_pending", True))
+
+    def _step(self) -> None:
+        """In the simulator's loop: abort the running motion, if any, when asked."""
+        if not self._pending:
+            return
+        self._pending = False
+        motion = self._server.current_motion_id
+        if not motion:
+            return
+        _, status, command = self._modes
+        self.active = True
+        self._server.stop_motion(send_preemption_signal=False)
+        self._server.reset_current_motion_id()
+        self._reply(self._server._tcp_socket, command.kMove, motion, status.kReflexAborted)
+        print(f"reflex: motion {motion} aborted (communication_constraints_violation)",
+              flush=True)
+
+    def _state_bytes(self) -> bytes:
+        state = self._server.robot_state
+        if self.active:
+            state = state.replace(robot_mode=self._modes[0].kReflex, errors=self._errors,
+                                  reflex_reason=self._errors)
+        return state.pack_state()
 
 
 def _add_scene(sim, scene) -> str:
@@ -177,6 +238,11 @@ class FrankySimProcess:
 
     def alive(self) -> bool:
         return self.proc is not None and self.proc.poll() is None
+
+    def reflex(self) -> None:
+        """Abort the running motion with the reflex a late command stream causes
+        (:class:`Reflexes`)."""
+        os.kill(self.proc.pid, signal.SIGUSR1)
 
     def kill(self) -> None:
         """Die abruptly (SIGKILL), as a robot losing power or network would."""
