@@ -6,7 +6,8 @@ states, 20 Hz) -> bridge -> a Foxglove WebSocket client on loopback.
 Latency is client arrival time minus the robot's header stamp (same clock: one machine),
 so it covers DDS, the bridge and the WebSocket. Dropped = frames the robot stamped (20 Hz
 grid between the first and last stamp seen) that never reached the client. Runs raw CDR
-images and JPEG CompressedImage.
+images and JPEG CompressedImage on the SDK's port (foxglove.sdk.v1), then raw CDR images on
+the foxglove.websocket.v1 port (legacy_port) with a client that offers only that protocol.
 """
 from __future__ import annotations
 
@@ -30,8 +31,8 @@ def header_stamp(cdr: bytes) -> float:
     return sec + nsec * 1e-9
 
 
-async def measure(url: str, topics: list[str], seconds: float) -> dict:
-    async with FoxgloveClient(url) as client:
+async def measure(url: str, topics: list[str], seconds: float, subprotocols: list) -> dict:
+    async with FoxgloveClient(url, subprotocols=subprotocols) as client:
         await client.wait_for_topics(topics, 60)
         await client.subscribe(topics)
         await client.collect(2.0)   # warm-up
@@ -51,17 +52,20 @@ async def measure(url: str, topics: list[str], seconds: float) -> dict:
     return out
 
 
-def run(seconds: float, jpeg: bool, logs: str) -> dict:
+def run(seconds: float, jpeg: bool, logs: str, v1: bool = False) -> dict:
     bridge = NodeProcess("rpent_foxglove", "bridge", {
-        "port": 0, "stats_period": 0.0,
+        "port": 0, "stats_period": 0.0, "legacy_port": 0 if v1 else -1,
         "jpeg_topics": ["camera/*/image_raw"] if jpeg else [""]}, logs,
-        name=f"bench_bridge_{int(jpeg)}")
+        name=f"bench_bridge_{int(jpeg)}_{int(v1)}")
     try:
-        port = wait_until(lambda: (m := re.search(r"ws://127\.0\.0\.1:(\d+)", bridge.log_tail(200)))
-                          and int(m.group(1)), 60, what="the bridge")
+        listening = r"ws://127\.0\.0\.1:(\d+)" + (
+            r" \(foxglove\.sdk\.v1\) and ws://127\.0\.0\.1:(\d+)" if v1 else "")
+        port = wait_until(lambda: (m := re.search(listening, bridge.log_tail(200)))
+                          and int(m.group(2 if v1 else 1)), 60, what="the bridge")
         suffix = "/compressed" if jpeg else ""
         topics = [f"/camera/{c}/image_raw{suffix}" for c in CAMS] + ["/joint_states"]
-        return asyncio.run(measure(f"ws://127.0.0.1:{port}", topics, seconds))
+        subprotocols = ["foxglove.websocket.v1"] if v1 else ["foxglove.sdk.v1"]
+        return asyncio.run(measure(f"ws://127.0.0.1:{port}", topics, seconds, subprotocols))
     finally:
         bridge.stop()
 
@@ -77,9 +81,10 @@ def main() -> None:
                             name="bench_robot")
         try:
             wait_until(lambda: "ready" in robot.log_tail(), 180, what="the robot")
-            for jpeg in (False, True):
-                figures = run(args.seconds, jpeg, logs)
-                print(f"\n{'JPEG CompressedImage' if jpeg else 'raw CDR Image'} "
+            for jpeg, v1 in ((False, False), (True, False), (False, True)):
+                figures = run(args.seconds, jpeg, logs, v1)
+                print(f"\n{'JPEG CompressedImage' if jpeg else 'raw CDR Image'} on "
+                      f"{'foxglove.websocket.v1' if v1 else 'foxglove.sdk.v1'} "
                       f"({args.seconds:g} s, robot at {RATE:g} Hz):")
                 for topic, f in figures.items():
                     if f is None:

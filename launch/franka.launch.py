@@ -40,6 +40,7 @@ Launch arguments (name, default, what):
   sam3_endpoint            ''               SAM3 server, http:// or socket://HOST:PORT (perception:=sam3_http)
   dashboard                false            start the Foxglove bridge (ws://127.0.0.1:dashboard_port)
   dashboard_port           8765             TCP port of the Foxglove bridge (dashboard:=true)
+  dashboard_legacy_port    8764             TCP port of the bridge's foxglove.websocket.v1 protocol, for Foxglove Studio 1.x; -1: none
   record                   false            record a rosbag2 (MCAP) into the run folder
   record_depth             false            true: the bag also holds the cameras' aligned depth (camera/<name>/depth/*), about as many bytes again as the images
   record_image_rate        0                images per second the bag keeps of each camera, at the same instants on all (the recorder node; ros2 bag record cannot thin); 0: every image

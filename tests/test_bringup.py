@@ -226,7 +226,8 @@ def test_the_dashboard_and_the_mcp_server_listen_on_different_ports_by_default()
     nodes = {n.name: n for n in describe("libero_sim", {"run_dir": "/tmp/r", "dashboard": "true",
                                                         "planner": "mcp"})}
     bridge, mcp = nodes["foxglove_bridge"].parameters["port"], nodes["agent"].parameters["mcp_port"]
-    assert bridge != mcp, (bridge, mcp)
+    legacy = nodes["foxglove_bridge"].parameters["legacy_port"]
+    assert len({bridge, legacy, mcp}) == 3, (bridge, legacy, mcp)
     moved = {n.name: n for n in describe("libero_sim", {"run_dir": "/tmp/r", "dashboard": "true",
                                                         "dashboard_port": "9001",
                                                         "planner": "mcp", "mcp_port": "9002"})}

@@ -36,13 +36,14 @@ def finish(proc: subprocess.Popen, timeout: float) -> str:
 
 def test_starter_runs_a_libero_task_to_native_success(tmp_path):
     run_dir = tmp_path / "run"
-    port = free_port()  # for the dashboard
+    port, legacy = free_port(), free_port()  # for the dashboard's two protocols
     proc = start("libero_sim", f"run_dir:={run_dir}", "record:=true", "dashboard:=true",
-                 f"dashboard_port:={port}")
+                 f"dashboard_port:={port}", f"dashboard_legacy_port:={legacy}")
     out = finish(proc, 400)
     assert proc.returncode == 0, out[-4000:]
     assert "task success   : yes (native)" in out
-    assert f"Foxglove bridge listening on ws://127.0.0.1:{port}" in out, out[-4000:]
+    assert f"Foxglove bridge listening on ws://127.0.0.1:{port} (foxglove.sdk.v1) and " \
+        f"ws://127.0.0.1:{legacy} (foxglove.websocket.v1)" in out, out[-4000:]
     dashboard = next(line for line in out.splitlines() if "dashboard      :" in line)
     assert f"ws://127.0.0.1:{port}" in dashboard, dashboard
     layout = dashboard.split("with the layout ", 1)[1].rstrip(")")
@@ -96,7 +97,7 @@ def test_a_busy_dashboard_port_ends_the_run_with_the_reason(tmp_path):
         busy.listen()
         port = busy.getsockname()[1]
         proc = start("libero_sim", f"run_dir:={tmp_path / 'run'}", "dashboard:=true",
-                     f"dashboard_port:={port}")
+                     f"dashboard_port:={port}", "dashboard_legacy_port:=0")
         out = finish(proc, 120)
     assert proc.returncode != 0, out[-4000:]
     assert f"cannot listen on 127.0.0.1:{port}" in out, out[-4000:]

@@ -145,6 +145,39 @@ def _check_log(lines, events):
     assert "finish" in lines[-1] and "done" in lines[-1], lines
 
 
+LATCHED = ["/task_status", "/agent/events", "/agent/log", "/agent/markers", "/rosout"]
+
+
+def _history_complete(events):
+    """Whether a viewer's messages hold the latched topics' whole history of the run."""
+    def complete(messages):
+        topics = [m.topic for m in messages]
+        return (topics.count("/task_status") >= 1 and topics.count("/agent/events") >= len(events)
+                and topics.count("/agent/log") >= len(events) and "/agent/markers" in topics
+                and any(m.topic == "/rosout" and b"bridging /task_status" in m.data
+                        for m in messages))
+    return complete
+
+
+def _check_history(got, channels, events):
+    decode = {c["topic"]: decoder_for(c) for c in channels}
+    by_topic = {t: [decode[t](m.data) for m in got if m.topic == t] for t in LATCHED}
+    # The newest; a viewer that subscribes while the bridge is still taking the robot's
+    # history (its publisher keeps one for recorders) may see earlier statuses go by.
+    statuses = by_topic["/task_status"]
+    status = statuses[-1]
+    assert status.instruction, "the current task, though the robot is idle"
+    assert {s.episode_id for s in statuses} == {status.episode_id}, \
+        [(s.episode_id, s.step) for s in statuses]
+    assert [_summary(e) for e in by_topic["/agent/events"]] == events
+    _check_log([m.msg for m in by_topic["/agent/log"]], events)
+    (markers,) = by_topic["/agent/markers"]
+    assert {"alphabet_soup_1", "basket_1"} <= {m.text for m in markers.markers}
+    # The nodes' log lines from before the viewer came (the Nodes tab): the bridge's own.
+    assert any(m.msg.startswith("bridging /task_status") and m.level == 20
+               for m in by_topic["/rosout"]), [m.msg for m in by_topic["/rosout"]][:20]
+
+
 def test_late_viewer_gets_task_status_whole_agent_log_and_every_layout_channel(ran, node_factory):
     """The bridge and two viewers start after the run, the robot idle: both viewers get the
     current task status and every agent event and log line once, in order."""
@@ -154,14 +187,8 @@ def test_late_viewer_gets_task_status_whole_agent_log_and_every_layout_channel(r
     port = wait_until(lambda: (m := re.search(r"ws://127\.0\.0\.1:(\d+)", bridge.log_tail(200)))
                       and int(m.group(1)), 60, what="the bridge to listen")
     url = f"ws://127.0.0.1:{port}"
-    latched = ["/task_status", "/agent/events", "/agent/log", "/agent/markers", "/rosout"]
-
-    def complete(messages):
-        topics = [m.topic for m in messages]
-        return (topics.count("/task_status") >= 1 and topics.count("/agent/events") >= len(events)
-                and topics.count("/agent/log") >= len(events) and "/agent/markers" in topics
-                and any(m.topic == "/rosout" and b"bridging /task_status" in m.data
-                        for m in messages))
+    latched = LATCHED
+    complete = _history_complete(events)
 
     async def scenario():
         async with FoxgloveClient(url) as first:
@@ -180,27 +207,48 @@ def test_late_viewer_gets_task_status_whole_agent_log_and_every_layout_channel(r
             return [first.by_topic(t) for t in latched], got_first, got_second, again
 
     channels, got_first, got_second, again = asyncio.run(scenario())
-    decode = {c["topic"]: decoder_for(c) for c in channels}
     for got in (got_first, got_second):
-        by_topic = {t: [decode[t](m.data) for m in got if m.topic == t] for t in latched}
-        # The newest; a viewer that subscribes while the bridge is still taking the robot's
-        # history (its publisher keeps one for recorders) may see earlier statuses go by.
-        statuses = by_topic["/task_status"]
-        status = statuses[-1]
-        assert status.instruction, "the current task, though the robot is idle"
-        assert {s.episode_id for s in statuses} == {status.episode_id}, \
-            [(s.episode_id, s.step) for s in statuses]
-        assert [_summary(e) for e in by_topic["/agent/events"]] == events
-        _check_log([m.msg for m in by_topic["/agent/log"]], events)
-        (markers,) = by_topic["/agent/markers"]
-        assert {"alphabet_soup_1", "basket_1"} <= {m.text for m in markers.markers}
-        # The nodes' log lines from before the viewer came (the Nodes tab): the bridge's own.
-        assert any(m.msg.startswith("bridging /task_status") and m.level == 20
-                   for m in by_topic["/rosout"]), [m.msg for m in by_topic["/rosout"]][:20]
+        _check_history(got, channels, events)
     # The second viewer's replay is not broadcast: nothing the first viewer had comes again.
     had = {(m.topic, bytes(m.data)) for m in got_first}
     assert not [m for m in again if (m.topic, bytes(m.data)) in had], \
         "history sent twice to a viewer"
+    assert bridge.alive(), bridge.log_tail()
+
+
+def test_a_viewer_speaking_only_foxglove_websocket_v1_gets_the_layout(ran, node_factory):
+    """Foxglove Studio 1.x offers only foxglove.websocket.v1, which the SDK's port refuses:
+    the bridge's second port gives it every channel and service the layout uses, the
+    latched topics' whole history, and answers its service calls."""
+    events, _ = ran
+    bridge = node_factory("rpent_foxglove", "bridge", {"port": 0, "legacy_port": 0,
+                                                       "stats_period": 0.0},
+                          name="dash_bridge_v1", params_file=CONFIG / "foxglove_bridge.yaml")
+    ports = wait_until(lambda: (m := re.search(
+        r"ws://127\.0\.0\.1:(\d+) \(foxglove\.sdk\.v1\) and ws://127\.0\.0\.1:(\d+) "
+        r"\(foxglove\.websocket\.v1\)", bridge.log_tail(200))) and (int(m[1]), int(m[2])), 60,
+        what="the bridge to listen on both ports")
+    cancel = next(s for s in layout_services() if s.endswith("cancel_run"))
+
+    async def scenario():
+        only_v1 = ["foxglove.websocket.v1"]
+        with pytest.raises(Exception, match="HTTP 400"):
+            async with FoxgloveClient(f"ws://127.0.0.1:{ports[0]}", subprotocols=only_v1):
+                pass
+        async with FoxgloveClient(f"ws://127.0.0.1:{ports[1]}", subprotocols=only_v1) as old:
+            assert old.ws.subprotocol == "foxglove.websocket.v1"
+            await old.wait_for_topics(sorted(layout_topics()), 90)
+            await old.collect(10, until=lambda _: layout_services() <= set(old.services))
+            assert layout_services() <= set(old.services), sorted(old.services)
+            await old.subscribe(LATCHED)
+            got = await old.collect(30, until=_history_complete(events))
+            answer = await old.call_service(cancel, {}, 20)
+            return [old.by_topic(t) for t in LATCHED], got, answer
+
+    channels, got, answer = asyncio.run(scenario())
+    assert all(c["encoding"] == "cdr" and c["schemaEncoding"] == "ros2msg" for c in channels)
+    _check_history(got, channels, events)
+    assert answer["success"] is False and "no run" in answer["message"], answer
     assert bridge.alive(), bridge.log_tail()
 
 

@@ -218,6 +218,8 @@ def twin_args(arm: str) -> tuple:
 VIEW_ARGS = (
     Argument("dashboard", "false", "start the Foxglove bridge (ws://127.0.0.1:dashboard_port)"),
     Argument("dashboard_port", "8765", "TCP port of the Foxglove bridge (dashboard:=true)"),
+    Argument("dashboard_legacy_port", "8764", "TCP port of the bridge's foxglove.websocket.v1 "
+                                              "protocol, for Foxglove Studio 1.x; -1: none"),
     Argument("record", "false", "record a rosbag2 (MCAP) into the run folder"),
     Argument("record_depth", "false", "true: the bag also holds the cameras' aligned depth "
                                       "(camera/<name>/depth/*), about as many bytes again as "
@@ -267,7 +269,8 @@ def view_nodes(args: dict, ns: str, folder: str) -> list:
     if _flag(args["dashboard"]):
         nodes.append(NodeSpec("rpent_foxglove", "bridge", "foxglove_bridge", ns,
                               params_files=[_config("foxglove_bridge.yaml")],
-                              parameters={"port": int(args["dashboard_port"])}))
+                              parameters={"port": int(args["dashboard_port"]),
+                                          "legacy_port": int(args["dashboard_legacy_port"])}))
     if _flag(args["record"]):
         nodes.append(recorder(ns, os.path.join(folder, "bag"), _flag(args["record_depth"]),
                               **_given(args, {"record_image_rate": float})))

@@ -4,6 +4,7 @@ Launch arguments (name, default, what):
   namespace        ''      namespace of the robot whose topics are bridged
   params_file      <rpent>/config/foxglove_bridge.yaml
   port             8765
+  legacy_port      8764    the foxglove.websocket.v1 protocol (Foxglove Studio 1.x); -1: none
   official_bridge  false   true: run foxglove_bridge (the official C++ package) instead,
                            when it is installed
 
@@ -23,6 +24,7 @@ from launch_ros.parameter_descriptions import ParameterValue
 def _bridge(context):
     official = LaunchConfiguration("official_bridge").perform(context).lower() in ("true", "1")
     port = ParameterValue(LaunchConfiguration("port"), value_type=int)
+    legacy_port = ParameterValue(LaunchConfiguration("legacy_port"), value_type=int)
     if official:
         try:
             get_package_share_directory("foxglove_bridge")
@@ -34,7 +36,8 @@ def _bridge(context):
                      parameters=[{"port": port, "address": "127.0.0.1"}])]
     return [Node(package="rpent_foxglove", executable="bridge", name="foxglove_bridge",
                  namespace=LaunchConfiguration("namespace"), output="screen", emulate_tty=True,
-                 parameters=[LaunchConfiguration("params_file"), {"port": port}])]
+                 parameters=[LaunchConfiguration("params_file"),
+                             {"port": port, "legacy_port": legacy_port}])]
 
 
 def generate_launch_description():
@@ -47,6 +50,7 @@ def generate_launch_description():
         DeclareLaunchArgument("namespace", default_value=""),
         DeclareLaunchArgument("params_file", default_value=default_params),
         DeclareLaunchArgument("port", default_value="8765"),
+        DeclareLaunchArgument("legacy_port", default_value="8764"),
         DeclareLaunchArgument("official_bridge", default_value="false"),
         OpaqueFunction(function=_bridge),
     ])

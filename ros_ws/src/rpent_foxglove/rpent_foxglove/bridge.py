@@ -270,12 +270,21 @@ class _Route:
     transform: Optional[Callable[[bytes], bytes]]
     latched: Optional[LatchedChannel] = None
     stats: TopicStats = field(default_factory=TopicStats)
+    legacy_id: Optional[int] = None  # the channel's id on the foxglove.websocket.v1 port
+
+    def wanted(self, legacy) -> bool:
+        """Whether a message goes anywhere: a viewer, or a latched history."""
+        return self.latched is not None or self.channel.has_sinks() or (
+            legacy is not None and legacy.wants(self.legacy_id))
 
 
 class FoxgloveBridge:
+    """``legacy_port``: also serve ``foxglove.websocket.v1`` there (0: any free port;
+    None: not at all), see :mod:`rpent_foxglove.legacy`."""
+
     def __init__(self, host: str = "127.0.0.1", port: int = 8765, queue_size: int = 64,
                  client_backlog: int = 64, name: str = "rpent",
-                 warn: Callable[[str], None] = _stderr):
+                 warn: Callable[[str], None] = _stderr, legacy_port: Optional[int] = None):
         self.context = foxglove.Context()
         self._late_joiners = _LateJoiners()
         self.assets = MeshAssets(warn)
@@ -285,6 +294,15 @@ class FoxgloveBridge:
             message_backlog_size=client_backlog, capabilities=[Capability.Services],
             supported_encodings=["json"], server_listener=self._late_joiners,
             asset_handler=self.assets.fetch)
+        self.legacy = None
+        if legacy_port is not None:
+            from .legacy import LegacyServer
+
+            try:
+                self.legacy = LegacyServer(host, legacy_port, name)
+            except BaseException:
+                self.server.stop()
+                raise
         self._queue = DropOldestQueue(queue_size)
         self._routes: dict[str, _Route] = {}
         self._lock = threading.Lock()
@@ -321,8 +339,11 @@ class FoxgloveBridge:
         """
         channel = self.cdr_channel(channel_topic or topic, schema_name, definition)
         latched = self.latch(channel, latched_depth) if latched_depth else None
+        legacy_id = None if self.legacy is None else self.legacy.add_channel(
+            channel_topic or topic, schema_name, definition, latched_depth)
         with self._lock:
-            self._routes[topic] = _Route(channel, RateLimiter(max_hz), transform, latched)
+            self._routes[topic] = _Route(channel, RateLimiter(max_hz), transform, latched,
+                                         legacy_id=legacy_id)
 
     def add_service(self, name: str, type_name: str, request_schema: dict,
                     response_schema: dict, handler: Callable[[bytes], bytes]) -> None:
@@ -337,6 +358,8 @@ class FoxgloveBridge:
             name, schema=ServiceSchema(type_name, request=schema("Request", request_schema),
                                        response=schema("Response", response_schema)),
             handler=lambda request: handler(request.payload))])
+        if self.legacy is not None:
+            self.legacy.add_service(name, type_name, request_schema, response_schema, handler)
 
     def has_topic(self, topic: str) -> bool:
         return topic in self._routes
@@ -349,7 +372,7 @@ class FoxgloveBridge:
             return
         route.stats.received += 1
         # A latched topic's history must be complete for whoever subscribes later.
-        if route.latched is None and not route.channel.has_sinks():
+        if not route.wanted(self.legacy):
             route.stats.no_subscriber += 1
             return
         if not route.limiter.allow(time.monotonic()):
@@ -367,10 +390,12 @@ class FoxgloveBridge:
             route, stamp, data, queued_at = item
             try:
                 sinks = route.channel.has_sinks()
-                if route.latched is not None or sinks:
+                if route.wanted(self.legacy):
                     payload = route.transform(data) if route.transform else data
                     (route.latched or route.channel).log(payload, log_time=stamp)
                     route.stats.sent += sinks
+                    if self.legacy is not None:
+                        self.legacy.publish(route.legacy_id, stamp, payload)
             except Exception:  # one undecodable message must not stop the bridge
                 route.stats.errors += 1
             self.send_latency_s.append(time.monotonic() - queued_at)
@@ -390,3 +415,5 @@ class FoxgloveBridge:
         self._queue.close()
         self._thread.join(5)
         self.server.stop()
+        if self.legacy is not None:
+            self.legacy.close()

@@ -74,6 +74,10 @@ class BridgeNode(Node):
                      "'services' to what remote viewers may call), or use 127.0.0.1 with an "
                      "SSH tunnel (ssh -L 8765:127.0.0.1:8765 robot-host)"))
         port = d("port", 8765, "WebSocket port; 0 picks a free one (logged)", _port)
+        legacy_port = d("legacy_port", -1, "Port of the foxglove.websocket.v1 protocol, for "
+                        "viewers the SDK's foxglove.sdk.v1 port refuses (Foxglove Studio 1.x); "
+                        "0 picks a free one (logged), -1 = none",
+                        lambda v: None if v == -1 else _port(v))
         patterns = d("topics", DEFAULT_TOPICS,
                      "Allow-list: topic names or glob patterns, relative to the namespace",
                      lambda v: None if v and all(isinstance(t, str) and t for t in v)
@@ -123,18 +127,24 @@ class BridgeNode(Node):
         try:
             self.bridge = FoxgloveBridge(host, port, queue_size, backlog,
                                          name=self.get_fully_qualified_name(),
-                                         warn=self.get_logger().warning)
+                                         warn=self.get_logger().warning,
+                                         legacy_port=None if legacy_port < 0 else legacy_port)
         except Exception as err:
-            raise ParameterError(f"cannot listen on {host}:{port} ({err}); pick another 'port' "
-                                 f"or stop the program using it") from None
+            raise ParameterError(f"cannot listen on {host}:{port}"
+                                 + (f" and {legacy_port}" if legacy_port >= 0 else "")
+                                 + f" ({err}); pick another 'port' (or 'legacy_port') or stop "
+                                 "the program using it") from None
         self._subs = {}
         self._offered = {}
         self.create_timer(period, self._discover)
         if stats_period > 0:
             self.create_timer(stats_period, self._report)
         self._discover()
+        legacy = self.bridge.legacy
         self.get_logger().info(
-            f"Foxglove bridge listening on ws://{host}:{self.bridge.port} (foxglove.sdk.v1), "
+            f"Foxglove bridge listening on ws://{host}:{self.bridge.port} (foxglove.sdk.v1)"
+            + (f" and ws://{host}:{legacy.port} (foxglove.websocket.v1)" if legacy else "")
+            + ", "
             f"allowed {self._patterns}"
             + (f" but {list(self._exclude)}" if self._exclude else "")
             + f", services {self._service_patterns}")

@@ -39,8 +39,11 @@ class Message:
 
 
 class FoxgloveClient:
-    def __init__(self, url: str, max_queue: Optional[int] = 1024):
-        self.url, self.max_queue = url, max_queue
+    def __init__(self, url: str, max_queue: Optional[int] = 1024,
+                 subprotocols: tuple = tuple(SUBPROTOCOLS)):
+        """``subprotocols``: those offered, as a viewer offers them (Foxglove Studio 1.x
+        offers only foxglove.websocket.v1)."""
+        self.url, self.max_queue, self.subprotocols = url, max_queue, list(subprotocols)
         self.ws = None
         self.server_info: dict = {}
         self.channels: dict[int, dict] = {}       # channel id -> advertised channel
@@ -56,7 +59,7 @@ class FoxgloveClient:
         self._unread: collections.deque = collections.deque(maxlen=UNREAD_LIMIT)
 
     async def __aenter__(self):
-        self.ws = await websockets.connect(self.url, subprotocols=SUBPROTOCOLS,
+        self.ws = await websockets.connect(self.url, subprotocols=self.subprotocols,
                                            max_size=None, max_queue=self.max_queue)
         return self
 
