@@ -33,3 +33,20 @@ def test_the_bridge_refuses_to_listen_beyond_loopback_unless_told_to(node_factor
     assert "parameter 'host' = '0.0.0.0': 0.0.0.0 is beyond loopback" in proc.log_tail(), \
         proc.log_tail()
     assert "allow_remote:=true" in proc.log_tail()
+
+
+def test_the_bridge_says_which_port_is_taken(node_factory):
+    """A busy foxglove.websocket.v1 port stops the bridge at once with both ports named."""
+    import socket
+
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        proc = node_factory("rpent_foxglove", "bridge", {"port": 0, "legacy_port": port},
+                            name="busy_v1_bridge")
+        wait_until(lambda: not proc.alive(), 60, what="the bridge to exit")
+    assert proc.proc.returncode == 2
+    assert f"cannot listen on 127.0.0.1:0 and {port} ([Errno 98]" in proc.log_tail(), \
+        proc.log_tail()
+    assert "address already in use" in proc.log_tail()

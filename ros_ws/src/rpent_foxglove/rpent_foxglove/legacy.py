@@ -123,7 +123,14 @@ class LegacyServer:
                          supported_encodings=["json"], logger=_LOG)
         server.set_listener(self._subscriptions)
         server.start()
-        opened = await server.wait_opened()
+        # The package's server reports a port it cannot bind only by ending its task.
+        waiting = asyncio.ensure_future(server.wait_opened())
+        await asyncio.wait({waiting, server._task}, return_when=asyncio.FIRST_COMPLETED)
+        if not waiting.done():
+            waiting.cancel()
+            server._task.result()
+            raise OSError("the foxglove.websocket.v1 server ended while starting")
+        opened = waiting.result()
         self._queue: asyncio.Queue = asyncio.Queue()
         self._sender = asyncio.ensure_future(self._send_loop(server))
         return server, opened.sockets[0].getsockname()[1]
