@@ -7,6 +7,7 @@ from __future__ import annotations
 import base64
 import json
 import re
+from types import SimpleNamespace
 
 import cv2
 import numpy as np
@@ -28,6 +29,8 @@ class Desk:
 
     def __init__(self, instruction: str = "make the counter 5"):
         self.run = RunState(instruction, max_turns=10, max_steps=0)
+        # What it stands for, as RobotInfo names it: installed prompt bundles are chosen by it.
+        self.info = SimpleNamespace(embodiment="counter")
         self.counter = 0
         self.tools = {t.name: t for t in (
             Tool("observe", "Show the counter.", {"type": "object", "properties": {}},
