@@ -32,6 +32,7 @@ from typing import Optional
 from .memory import RECIPE_FOLDER, MemoryDir, data_folder, lasting_folder
 
 SHOWN = 3  # recipes a run's opening shows
+SHOWN_CALLS = 24  # of each recipe's calls the opening lists (the first, the last 4, a failure)
 MIN_MATCH = 0.5  # share of instruction words in common below which a recipe is not shown
 ARGUMENT_CHARS = 300  # of each call's arguments (as JSON) a recipe keeps
 RESULT_CHARS = 160  # of each call's result text
@@ -59,14 +60,27 @@ class Recipe:
         """Index of the first call that did not work, or None."""
         return next((i for i, c in enumerate(self.calls) if not c["ok"]), None)
 
-    def render(self) -> str:
-        """Short text for a model's prompt and for ``rpent memory show``."""
+    def render(self, limit: Optional[int] = None) -> str:
+        """Short text for a model's prompt and for ``rpent memory show``; with ``limit``,
+        a long run's calls are cut to the first ones, the first failure and the last 4."""
         verdict = "task achieved" if self.task_success else "task NOT achieved"
         head = (f"{self.name or 'recipe'} ({self.written[:16].replace('T', ' ')}): "
                 f"'{self.instruction}' - agent {self.status}, {verdict}, {len(self.calls)} "
                 f"tool calls, {self.steps} steps")
-        lines = [head]
-        for i, call in enumerate(self.calls):
+        lines, shown = [head], range(len(self.calls))
+        if limit is not None and len(self.calls) > limit:
+            tail = min(4, limit // 2)
+            count = len(self.calls)
+            shown = set(range(limit - tail - 1)) | set(range(count - tail, count))
+            if self.failed_at is not None:
+                shown.add(self.failed_at)
+        previous = -1
+        for i in sorted(shown):
+            if i > previous + 1:
+                lines.append(f"  ... {i - previous - 1} calls left out (memory_read opens the "
+                             "recipe)")
+            previous = i
+            call = self.calls[i]
             mark = "" if call["ok"] else "  <- FAILED"
             lines.append(f"  {i + 1}. {call['tool']}({call['arguments']}){mark}")
             if not call["ok"] and call["result"]:
@@ -140,7 +154,7 @@ def opening_section(recipes: list) -> str:
         return ""
     return ("Recipes from earlier runs of similar tasks (best match first; each lists the "
             "tool calls in order; memory_read opens recipes/<name>):\n"
-            + "\n".join(r.render() for r in recipes))
+            + "\n".join(r.render(SHOWN_CALLS) for r in recipes))
 
 
 # --- rpent memory ------------------------------------------------------------------------

@@ -71,6 +71,18 @@ def test_a_run_is_shown_the_best_matching_recipes_first():
     assert "1. get_object_poses({})" in section and recipes.opening_section([]) == ""
 
 
+def test_a_long_run_is_shown_cut_to_its_start_its_failure_and_its_end():
+    history = [{"tool": "move_to", "arguments": {"x": i}, "ok": i != 40, "result": f"r{i}"}
+               for i in range(60)]
+    lines = recipes.opening_section([recipe(history=history, success=False)]).splitlines()[2:]
+    assert lines[0] == '  1. move_to({"x": 0})' and lines[18] == '  19. move_to({"x": 18})'
+    assert lines[19].startswith("  ... 21 calls left out")
+    assert lines[20:22] == ['  41. move_to({"x": 40})  <- FAILED', "     r40"]
+    assert lines[22].startswith("  ... 15 calls left out")
+    assert lines[23:] == [f'  {i + 1}. move_to({{"x": {i}}})' for i in range(56, 60)]
+    assert len(recipe(history=history).render().splitlines()) == 1 + 60 + 1  # all of it
+
+
 def _write_recipes(root, worker: int, count: int) -> None:
     memory = MemoryDir(root)
     for i in range(count):
