@@ -245,6 +245,11 @@ class LatchedChannel:
             self._history.append((msg, log_time))
             self.channel.log(msg, log_time=log_time)
 
+    def history(self) -> list:
+        """The kept messages, (msg, log_time) oldest first."""
+        with self._lock:
+            return list(self._history)
+
     def replay(self, sink_id: int) -> None:
         with self._lock:
             for msg, log_time in self._history:
@@ -299,12 +304,13 @@ class FoxgloveBridge:
             from .legacy import LegacyServer
 
             try:
-                self.legacy = LegacyServer(host, legacy_port, name)
+                self.legacy = LegacyServer(host, legacy_port, name, self._legacy_history)
             except BaseException:
                 self.server.stop()
                 raise
         self._queue = DropOldestQueue(queue_size)
         self._routes: dict[str, _Route] = {}
+        self._legacy_latched: dict[int, LatchedChannel] = {}  # by channel id on that port
         self._lock = threading.Lock()
         self.send_latency_s: list = []  # callback -> handed to the SDK, last 1000
         self._thread = threading.Thread(target=self._run, name="foxglove-sender", daemon=True)
@@ -340,8 +346,10 @@ class FoxgloveBridge:
         channel = self.cdr_channel(channel_topic or topic, schema_name, definition)
         latched = self.latch(channel, latched_depth) if latched_depth else None
         legacy_id = None if self.legacy is None else self.legacy.add_channel(
-            channel_topic or topic, schema_name, definition, latched_depth)
+            channel_topic or topic, schema_name, definition)
         with self._lock:
+            if latched is not None and legacy_id is not None:
+                self._legacy_latched[legacy_id] = latched
             self._routes[topic] = _Route(channel, RateLimiter(max_hz), transform, latched,
                                          legacy_id=legacy_id)
 
@@ -360,6 +368,11 @@ class FoxgloveBridge:
             handler=lambda request: handler(request.payload))])
         if self.legacy is not None:
             self.legacy.add_service(name, type_name, request_schema, response_schema, handler)
+
+    def _legacy_history(self, channel_id: int) -> list:
+        with self._lock:
+            latched = self._legacy_latched.get(channel_id)
+        return latched.history() if latched is not None else []
 
     def has_topic(self, topic: str) -> bool:
         return topic in self._routes

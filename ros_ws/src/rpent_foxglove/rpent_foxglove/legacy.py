@@ -18,7 +18,6 @@ import json
 import logging
 import threading
 import warnings
-from collections import deque
 from typing import Callable, Optional
 
 # foxglove-websocket 0.1.4 is written against websockets' legacy server, which websockets
@@ -29,7 +28,6 @@ with warnings.catch_warnings():
                                            ServiceCallRequestHeader, ServiceCallResponseHeader)
     from foxglove_websocket.types import BinaryOpcode, ClientBinaryOpcode, StatusLevel
 
-SUBPROTOCOL = "foxglove.websocket.v1"
 START_TIMEOUT = 10.0  # s
 # The package's own logger prints every connection and subscription; warnings and errors
 # are what a bridge's output should show.
@@ -53,7 +51,7 @@ class _Server(FoxgloveServer):
             return
         for sub_id, chan_id in client.subscriptions.items():
             if sub_id not in before:
-                for stamp, payload in self._owner.history(chan_id):
+                for payload, stamp in self._owner.history(chan_id):
                     await self._send_message_data(client.connection, subscription=sub_id,
                                                   timestamp=stamp, payload=payload)
 
@@ -99,15 +97,18 @@ class _Subscriptions(FoxgloveServerListener):
 
 class LegacyServer:
     """A ``foxglove.websocket.v1`` server on its own thread; every method may be called
-    from any thread."""
+    from any thread. ``history(channel id)``: a latched channel's kept messages, as
+    (payload, stamp) oldest first, for a client that subscribes later (the bridge keeps
+    them once for both ports)."""
 
-    def __init__(self, host: str, port: int, name: str, queue_size: int = 256):
+    def __init__(self, host: str, port: int, name: str,
+                 history: Callable[[int], list], queue_size: int = 256):
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, name="foxglove-v1",
                                         daemon=True)
         self._thread.start()
         self._subscriptions = _Subscriptions()
-        self._history: dict = {}  # channel id -> deque of (stamp, payload), latched channels
+        self.history = history
         self._handlers: dict = {}  # service id -> handler(request bytes) -> response bytes
         self._lock = threading.Lock()
         self._queue_size = queue_size
@@ -139,15 +140,10 @@ class LegacyServer:
         return asyncio.run_coroutine_threadsafe(coroutine, self._loop).result(timeout)
 
     # --- what the bridge offers -------------------------------------------------------------
-    def add_channel(self, topic: str, schema_name: str, definition: str,
-                    latched_depth: int = 0) -> int:
-        channel_id = self._call(self._server.add_channel({
+    def add_channel(self, topic: str, schema_name: str, definition: str) -> int:
+        return self._call(self._server.add_channel({
             "topic": topic, "encoding": "cdr", "schemaName": schema_name,
             "schema": definition, "schemaEncoding": "ros2msg"}))
-        if latched_depth:
-            with self._lock:
-                self._history[channel_id] = deque(maxlen=latched_depth)
-        return channel_id
 
     def add_service(self, name: str, type_name: str, request_schema: dict,
                     response_schema: dict, handler: Callable[[bytes], bytes]) -> None:
@@ -169,20 +165,12 @@ class LegacyServer:
 
     # --- data path ----------------------------------------------------------------------------
     def wants(self, channel_id: int) -> bool:
-        """Whether a message for this channel goes anywhere (a subscriber, or its history)."""
-        return channel_id in self._subscriptions.channels or channel_id in self._history
+        """Whether a client is subscribed to this channel."""
+        return channel_id in self._subscriptions.channels
 
     def publish(self, channel_id: int, stamp_ns: int, payload: bytes) -> None:
-        with self._lock:
-            history = self._history.get(channel_id)
-            if history is not None:
-                history.append((stamp_ns, payload))
-        if channel_id in self._subscriptions.channels:
+        if self.wants(channel_id):
             self._loop.call_soon_threadsafe(self._enqueue, (channel_id, stamp_ns, payload))
-
-    def history(self, channel_id: int) -> list:
-        with self._lock:
-            return list(self._history.get(channel_id, ()))
 
     def _enqueue(self, item) -> None:
         if self._queue.qsize() >= self._queue_size:

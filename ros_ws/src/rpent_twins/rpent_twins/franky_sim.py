@@ -115,7 +115,9 @@ class Reflexes:
         from franky_sim.franka_server import BaseCommand
 
         self._server, self._pending, self.active = server, False, False
-        self._modes, self._reply = (RobotMode, MoveStatus, RobotCommand), BaseCommand.send_response
+        self._reflex_mode = RobotMode.kReflex
+        self._abort = lambda motion: BaseCommand.send_response(
+            server._tcp_socket, RobotCommand.kMove, motion, MoveStatus.kReflexAborted)
         errors = [False] * 41
         errors[COMMUNICATION_CONSTRAINTS_VIOLATION] = True
         self._errors = tuple(errors)
@@ -138,18 +140,17 @@ class Reflexes:
         motion = self._server.current_motion_id
         if not motion:
             return
-        _, status, command = self._modes
         self.active = True
         self._server.stop_motion(send_preemption_signal=False)
         self._server.reset_current_motion_id()
-        self._reply(self._server._tcp_socket, command.kMove, motion, status.kReflexAborted)
+        self._abort(motion)
         print(f"reflex: motion {motion} aborted (communication_constraints_violation)",
               flush=True)
 
     def _state_bytes(self) -> bytes:
         state = self._server.robot_state
         if self.active:
-            state = state.replace(robot_mode=self._modes[0].kReflex, errors=self._errors,
+            state = state.replace(robot_mode=self._reflex_mode, errors=self._errors,
                                   reflex_reason=self._errors)
         return state.pack_state()
 
