@@ -3,8 +3,10 @@
 The scripted expert's chunks run on a LIBERO node through ChunkExecutor (what the agent's
 run_policy tool does) while the recorder records its default topics (executed_actions
 among them: what the exporter takes the actions from). Every execute_chunk goal the
-executor sends is also kept here, with the row each feedback reports executed: the actions
-the robot was sent, in step order, known independently of executed_actions.
+executor sends is also kept here, cut to the rows its result says were executed (a LIBERO
+chunk runs from its first row): the actions the robot was sent, in step order, known
+independently of executed_actions. (Not from feedback: rclpy drops a goal's feedback that
+arrives after its result, which a preempted chunk's last step can.)
 """
 from __future__ import annotations
 
@@ -89,25 +91,21 @@ def _run_episode(robot, model, episode: Episode) -> EpisodeTruth:
     reset = robot.reset(init_state_index=episode.init_state_index)
     assert reset.success, reset.message
     truth = EpisodeTruth(reset.episode_id, reset.instruction, False)
-    send, runs = robot.send, []
+    send, sent = robot.send, []
 
     def recording_send(action, goal, feedback=None, timeout=10.0):
-        rows = chunk_to_array(goal.chunk)
-
-        def on_feedback(msg):
-            truth.actions.append(rows[msg.feedback.step])
-            if feedback is not None:
-                feedback(msg)
-        runs.append(send(action, goal, on_feedback, timeout))
-        return runs[-1]
+        run = send(action, goal, feedback, timeout)
+        sent.append((chunk_to_array(goal.chunk), run))
+        return run
 
     robot.send = recording_send
     try:
         report = ChunkExecutor(robot, model).run(SOUP, max_steps=episode.max_steps,
                                                  timeout=30.0)
         # A goal canceled as the run ends may still finish the step in flight.
-        for run in runs:
-            run.result(30.0)
+        for rows, run in sent:
+            _, result = run.result(30.0)
+            truth.actions.extend(rows[:result.steps_executed])
     finally:
         robot.send = send
     truth.success = report.task_success
