@@ -19,7 +19,8 @@ from rpent_contract.client import ActionClient, RobotClient
 from rpent_contract.control_space import array_to_chunk
 from rpent_contract.geometry import stamp_to_ns
 from rpent_contract.processes import answered_once, wait_until
-from rpent_contract.qos import STATE_QOS
+from rpent_contract.images import image_to_numpy
+from rpent_contract.qos import IMAGE_QOS, STATE_QOS
 from rpent_contract.state_publisher import HEARTBEAT_S
 from rpent_env_sim.libero_node import LIBERO_OSC_DELTA
 from rpent_interfaces.action import Predict
@@ -406,7 +407,10 @@ def test_pi05_servers_get_their_libero_inputs(stack, libero256, node_factory):
     as openpi's LIBERO example renders: the server, which refuses what a pi05_libero server
     refuses, gets the example's inputs, the state in LIBERO's world frame as the robot puts
     its base there on /tf_static. The original RPent's pi0.5 server (rpent_http, model_io
-    rpent_pi05_libero) gets the same state and its 256 px main and wrist images."""
+    rpent_pi05_libero) gets the same state and its 256 px main and wrist images. A viewer
+    sees the images the server got, as it got them (mirrored, resized), on the model node's
+    policy_input topics."""
+    from sensor_msgs.msg import Image
     from tf2_msgs.msg import TFMessage
 
     from rpent_am.backends.openpi_backend import OpenPIServer
@@ -432,8 +436,30 @@ def test_pi05_servers_get_their_libero_inputs(stack, libero256, node_factory):
         except Exception:
             pytest.fail(proc.log_tail())
         assert meta.backend == "openpi" and (meta.image_height, meta.image_width) == (256, 256)
-        chunk = pi.predict(SOUP, client_id="pi", timeout=30, robot_namespace="pi")
+        shown = {camera: [] for camera in ("agentview", "robot0_eye_in_hand")}
+        for camera, got in shown.items():
+            robot.node.create_subscription(Image, f"/pi_model/policy_input/{camera}",
+                                           got.append, IMAGE_QOS)
+        wait_until(lambda: all(robot.node.count_publishers(f"/pi_model/policy_input/{c}")
+                               for c in shown), 10, what="the model's policy_input topics")
+
+
+        def predict():
+            return pi.predict(SOUP, client_id="pi", timeout=30, robot_namespace="pi")
+
+        # The node shows its inputs to the subscribers it has discovered: predict until it
+        # shows them, then once more for the images to compare with what the server got.
+        wait_until(lambda: predict() is not None and all(shown.values()), 60, interval=0.2,
+                   what="the model's inputs on policy_input")
+        before = {camera: len(got) for camera, got in shown.items()}
+        chunk = predict()
         sent = server.received[-1]
+        # Both cameras' newest images, of one observation (an idle robot may give the same
+        # one to consecutive goals).
+        latest = wait_until(lambda: all(len(g) > before[c] for c, g in shown.items()) and (
+            lambda s: s if len(s) == 1 else None)(
+            {stamp_to_ns(g[-1].header.stamp) for g in shown.values()}), 10,
+            what="the last predict's inputs on policy_input")
         wait_until(lambda: states and "pi/base_link" in statics, 10,
                    what="robot_state and the world frame")
         # The original RPent's pi0.5 server, on its socket transport, fed the same LIBERO.
@@ -456,6 +482,11 @@ def test_pi05_servers_get_their_libero_inputs(stack, libero256, node_factory):
                                            -fingers["panda_finger_joint2"]], atol=1e-9)
     assert sent["observation/image"].shape == sent["observation/wrist_image"].shape == \
         (224, 224, 3)
+    for camera, key in (("agentview", "observation/image"),
+                        ("robot0_eye_in_hand", "observation/wrist_image")):
+        image = shown[camera][-1]
+        assert stamp_to_ns(image.header.stamp) in latest and image.encoding == "rgb8"
+        np.testing.assert_array_equal(image_to_numpy(image), sent[key])
     assert sent["prompt"] == SOUP
     np.testing.assert_allclose(chunk, np.tile(state[:7] * 0.1, (5, 1)), rtol=1e-6)
     instruction, images, rp_state, mode = rp_sent
@@ -498,8 +529,6 @@ def test_a_world_action_models_foresight_reaches_the_viewer_and_the_agent(libero
     from rpent_agent.memory import MemoryDir
     from rpent_agent.observer import RobotObserver
     from rpent_agent.toolkit import RunState, Timeouts, Toolkit
-    from rpent_contract.images import image_to_numpy
-    from rpent_contract.qos import IMAGE_QOS
     from rpent_testkit.wam_servers import WamServer, cosmos_policy
 
     pi_robot, info = libero256

@@ -50,17 +50,22 @@ def _topic(message_path: str) -> str:
     return message_path.split(".", 1)[0]   # '/joint_states.position[0]' -> '/joint_states'
 
 
-# Published only by a world-action model's node (a scripted model foresees nothing).
-FORESIGHT = {"/action_model/predicted/agentview", "/action_model/predicted/robot0_eye_in_hand"}
+# Published only by a world-action model's node (a scripted model foresees nothing), and by
+# a model fed through a model_io (the scripted expert is fed no images).
+MODEL_VIEWS = {"/action_model/predicted/agentview", "/action_model/predicted/robot0_eye_in_hand",
+             "/action_model/policy_input/agentview",
+             "/action_model/policy_input/robot0_eye_in_hand"}
 
 
 def layout_topics() -> set:
-    """Every topic a panel of the layout subscribes to, but a world-action model's."""
+    """Every topic a panel of the layout subscribes to, but a world-action model's and a
+    model_io's."""
     topics = set()
     for panel_id, config in LAYOUT["configById"].items():
         kind = panel_id.split("!", 1)[0]
         if kind == "Image":
             topics.add(config["imageMode"]["imageTopic"])
+            topics.update(config["topics"])  # 3D markers drawn over the image
         elif kind == "3D":
             topics.update(config["topics"])
         elif kind in ("Plot", "StateTransitions"):
@@ -69,8 +74,8 @@ def layout_topics() -> set:
             topics.add(config["topicToRender"])
         elif kind == "RawMessages":
             topics.add(_topic(config["topicPath"]))
-    assert FORESIGHT <= topics
-    return topics - FORESIGHT
+    assert MODEL_VIEWS <= topics
+    return topics - MODEL_VIEWS
 
 
 def layout_services() -> set:

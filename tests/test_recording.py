@@ -116,8 +116,9 @@ def test_libero_run_recording_survives_robot_crash_and_sigint(rclpy_context, nod
     # The robot model and its frames, so a viewer draws the arm from the bag alone, and
     # the nodes' log lines.
     expected |= {"/robot_description", "/tf", "/tf_static", "/rosout"}
-    # What the robot executes; it ran no goal here, so the topic is there without messages.
-    expected |= {"/executed_actions"}
+    # What the robot executes and where its chunks go; it ran no goal here, so the topics
+    # are there without messages.
+    expected |= {"/executed_actions", "/intended_path"}
     assert set(counts) == expected
     # Aligned depth only where asked for, with the images it belongs to.
     depth = {f"/camera/{c}/depth/{t}" for c in ("agentview", "robot0_eye_in_hand")

@@ -345,6 +345,52 @@ def test_new_goal_preempts_the_running_one(robot):
     assert status2 == SUCCEEDED and result2.steps_executed == 2
 
 
+def test_a_chunk_shows_where_it_takes_the_hand_until_the_last_one_ends(robot, probe_node,
+                                                                       current_state):
+    """intended_path, what a viewer draws in 3D and over the cameras: a relative Cartesian
+    chunk's commanded path from where the hand was when it began, in the base frame. A
+    chunk that preempts another draws its own over it; the path goes once the last ends."""
+    from visualization_msgs.msg import Marker
+
+    info = robot.info
+    space_name, rows = robot.spec.wiggle(info, 5)
+    space = next(s for s in info.control_spaces if s.name == space_name)
+    if not (space.relative and space.step_scale):
+        pytest.skip(f"{space.name} is not a scaled relative Cartesian space")
+    scale = np.asarray(space.step_scale[:3])
+    shown = []
+    sub = probe_node.create_subscription(Marker, "intended_path", shown.append, 10)
+    try:
+        wait_until(lambda: probe_node.count_publishers("/intended_path") > 0, 10,
+                   what="the robot's intended_path publisher")
+        rest = wait_until(lambda: (lambda st: st if not st.active_goal else None)(
+            current_state()), 10, what="robot_state with no active goal")
+        status, result = robot.client.execute_chunk(rows, space_name, timeout=60)
+        assert status == SUCCEEDED, result.message
+        wait_until(lambda: len(shown) >= 2, 10, what="the path drawn, then taken down")
+        drawn, gone = shown[:2]
+        assert (drawn.action, drawn.type, gone.action) == (Marker.ADD, Marker.LINE_STRIP,
+                                                           Marker.DELETE)
+        assert drawn.header.frame_id == gone.header.frame_id == info.base_frame
+        assert (gone.ns, gone.id) == (drawn.ns, drawn.id)
+        start = rest.ee_pose.position
+        path = np.array([[p.x, p.y, p.z] for p in drawn.points])
+        np.testing.assert_allclose(path[0], [start.x, start.y, start.z], atol=1e-4)
+        np.testing.assert_allclose(np.diff(path, axis=0), rows[:, :3] * scale, atol=1e-9)
+
+        shown.clear()
+        run, _seen, _stamp = _start_long_chunk(robot)
+        status, result = robot.client.execute_chunk(rows, space_name, timeout=60)
+        assert status == SUCCEEDED, result.message
+        assert run.result(30)[0] == ABORTED
+        wait_until(lambda: len(shown) >= 3, 10, what="two paths drawn, then taken down")
+        assert [m.action for m in shown] == [Marker.ADD, Marker.ADD, Marker.DELETE], \
+            "the preempted chunk took down the path of the chunk that preempted it"
+        assert [len(m.points) for m in shown[:2]] == [401, 6]
+    finally:
+        probe_node.destroy_subscription(sub)
+
+
 def test_reset_restores_the_initial_state(robot, current_state):
     client = robot.client
     response = client.reset()

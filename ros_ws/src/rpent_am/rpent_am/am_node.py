@@ -31,6 +31,11 @@ A world-action model foresees along with each chunk (``get_model_meta``'s
 last chunk) carries the observation it expects once the chunk has run, per camera, and its
 value estimate, and the node publishes them on ``~/predicted/<camera>`` (stamped with the
 time the chunk ends) and ``~/predicted_value``.
+
+What the model sees: a backend fed through a ModelIO (``model_io``) has each image it is
+given, turned, mirrored and resized as the model receives it, published on
+``~/policy_input/<camera>`` with the stamp of the observation it came from, while someone
+subscribes (a viewer, a recorder); nothing is prepared twice for nobody.
 """
 from __future__ import annotations
 
@@ -396,6 +401,8 @@ class ActionModelNode(Node):
         self._predicted_lock = threading.Lock()
         self._value_pub = self.create_publisher(Float64, "~/predicted_value", 10) \
             if meta.predicts_value else None
+        self._input_pubs = [(spec, self.create_publisher(Image, topic, IMAGE_QOS))
+                            for spec, topic in _input_topics(self.backend.io)]
 
         group = ReentrantCallbackGroup()
         self._server = action_server(
@@ -638,12 +645,12 @@ class ActionModelNode(Node):
                 chunk_msg = self._chunk_msg(foresight.actions, len(inference) - 1, obs.stamp_ns,
                                             ms)
                 foreseen = self._publish_foresight(foresight, chunk_msg)
-                if not stream:
-                    break
-                feedback = Predict.Feedback(chunk=chunk_msg, batch_size=batch)
-                self._fill_foresight(feedback, foresight, foreseen)
-                goal_handle.publish_feedback(feedback)
-                if goal.max_chunks and len(inference) >= goal.max_chunks:
+                if stream:
+                    feedback = Predict.Feedback(chunk=chunk_msg, batch_size=batch)
+                    self._fill_foresight(feedback, foresight, foreseen)
+                    goal_handle.publish_feedback(feedback)
+                self._show_inputs(obs)
+                if not stream or (goal.max_chunks and len(inference) >= goal.max_chunks):
                     break
         except (ObservationError, BackendError) as err:
             return self._fail(goal_handle, result, str(err), inference, chunk_msg, batches)
@@ -704,6 +711,17 @@ class ActionModelNode(Node):
         if self._value_pub is not None and foresight.value is not None:
             self._value_pub.publish(Float64(data=float(foresight.value)))
         return foreseen
+
+    def _show_inputs(self, obs: PolicyObservation) -> None:
+        """The images the model was just fed from ``obs``, for whoever subscribes (after the
+        chunk has left: a viewer never delays the robot)."""
+        for spec, pub in self._input_pubs:
+            if pub.get_subscription_count() == 0:
+                continue
+            image = numpy_to_image(spec.prepare(obs.images[spec.camera]))
+            image.header.stamp.sec, image.header.stamp.nanosec = divmod(obs.stamp_ns,
+                                                                        1_000_000_000)
+            pub.publish(image)
 
     @staticmethod
     def _fill(result, inference, chunk_msg, batches):
@@ -766,6 +784,17 @@ class ActionModelNode(Node):
             self._batcher.close()
         self._model.close()
         self.backend.close()
+
+
+def _input_topics(io) -> list:
+    """(ImageInput, topic) of each image a ModelIO feeds: ``~/policy_input/<camera>``, the
+    camera's name numbered where a model takes one camera twice."""
+    topics, seen = [], {}
+    for spec in (io.images if io is not None else ()):
+        seen[spec.camera] = seen.get(spec.camera, 0) + 1
+        suffix = f"_{seen[spec.camera]}" if seen[spec.camera] > 1 else ""
+        topics.append((spec, f"~/policy_input/{spec.camera}{suffix}"))
+    return topics
 
 
 def _check_namespace(namespace: str) -> None:

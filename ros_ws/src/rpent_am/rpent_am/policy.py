@@ -106,10 +106,13 @@ class PolicyBackend(ABC):
     """One model. ``session`` isolates the state of stateful policies between clients.
 
     A backend that sets ``batching`` runs the inferences of several goals as one call of
-    :meth:`predict_batch`; the node then gathers concurrent goals into batches.
+    :meth:`predict_batch`; the node then gathers concurrent goals into batches. A backend
+    whose inputs a :class:`~rpent_am.model_io.ModelIO` prepares sets ``io`` to it: the node
+    then shows viewers its images as the model receives them.
     """
 
     batching = False
+    io = None
 
     @property
     @abstractmethod

@@ -28,6 +28,8 @@ DEFAULT_TOPICS = [
     "camera/*/image_raw", "camera/*/camera_info",
     "*predict/_action/feedback", "*predicted/*", "agent/events", "agent/log", "agent/markers",
     "operator/requests",
+    # What the policy sees (its inputs as it gets them) and where each chunk takes the hand.
+    "*policy_input/*", "intended_path",
     # The robot model and its frames, so a viewer opening the bag draws the arm moving.
     "robot_description", "/tf", "/tf_static",
     # Every node's log lines (the robot's "waiting for the operator" among them).

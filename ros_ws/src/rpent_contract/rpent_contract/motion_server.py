@@ -20,7 +20,10 @@ from typing import Optional
 import numpy as np
 from rclpy.action import CancelResponse, GoalResponse
 from rclpy.callback_groups import ReentrantCallbackGroup
+from geometry_msgs.msg import Point
+from std_msgs.msg import ColorRGBA
 from std_srvs.srv import Trigger
+from visualization_msgs.msg import Marker
 
 from rpent_interfaces.action import ExecuteChunk, GripperCommand, MoveTo
 from rpent_interfaces.action import ResetEpisode as ResetEpisodeAction
@@ -35,6 +38,7 @@ from .names import (
     EXECUTE_CHUNK_ACTION,
     EXECUTED_ACTIONS_TOPIC,
     GRIPPER_COMMAND_ACTION,
+    INTENDED_PATH_TOPIC,
     MOVE_TO_ACTION,
     RESET_EPISODE_ACTION,
     RESET_SERVICE,
@@ -51,6 +55,7 @@ from .validation import (
     check_positive,
     check_step_period,
     check_timeout,
+    commanded_path,
 )
 
 
@@ -90,6 +95,10 @@ class MotionServer:
         # each one for a dataset to pair it with its observation.
         self._executed_pub = node.create_publisher(ExecutedAction, EXECUTED_ACTIONS_TOPIC,
                                                    EXECUTED_QOS)
+        self._path_pub = node.create_publisher(Marker, INTENDED_PATH_TOPIC, 10)
+        self._paths = 0  # execute_chunk goals accepted to run: the newest one's path is up
+        self._path_up = False  # a viewer now sees a path
+        self._paths_lock = threading.Lock()
         motions = ReentrantCallbackGroup()
         self._servers = [
             action_server(node, action_type, name, execute_callback=execute,
@@ -221,7 +230,11 @@ class MotionServer:
         except GoalRejected as err:
             return self._refuse(goal_handle, result, str(err), "execute_chunk")
 
+        path = self._plan_path(space, actions, snap)
+
         def feedback(s: RobotSnapshot, step: int):
+            if step == 0:
+                self._draw_path(*path)
             now = self._node.get_clock().now().to_msg()
             # ``s`` is the state after the step: it was applied at the step before.
             done = ExecutedAction(episode_id=s.task.episode_id,
@@ -245,6 +258,8 @@ class MotionServer:
                 lambda m: self._driver.execute_chunk(space, actions, m, goal.stop_on_success))
         except Exception as err:  # the driver failed: report, hold, keep serving
             return self.driver_failure(goal_handle, result, err, "execute_chunk")
+        finally:
+            self._erase_path(path[0])
         if outcome is None:
             result.outcome, result.message = ExecuteChunk.Result.OUTCOME_CANCELED, stopped
             return self._finish(goal_handle, result, stopped)
@@ -268,6 +283,52 @@ class MotionServer:
             result.outcome = ExecuteChunk.Result.OUTCOME_COMPLETED
             result.message = f"executed {outcome.steps_executed} steps"
         return self._finish(goal_handle, result, stopped, ok=not outcome.fault)
+
+    def _plan_path(self, space, actions: np.ndarray, snap: RobotSnapshot) -> tuple:
+        """Where the chunk about to run takes the end effector, for viewers: its commanded
+        path from where the hand is now, in the base frame (relative Cartesian spaces; a
+        joint-space chunk has no path without the arm's kinematics). Returns (number,
+        points) for :meth:`_draw_path` and :meth:`_erase_path`: the newest chunk's number
+        is the one whose path is up, so a preempted chunk never draws over or takes down
+        the path of the chunk that preempted it."""
+        path = commanded_path(space, actions, snap.ee_position)
+        with self._paths_lock:
+            self._paths += 1
+            return self._paths, (None if path is None else np.vstack([snap.ee_position, path]))
+
+    def _draw_path(self, number: int, points: Optional[np.ndarray]) -> None:
+        """Once the chunk's first step is under way: drawing never delays a chunk's start.
+        A chunk without a path takes down the path of the chunk it preempted."""
+        if points is None:
+            self._erase_path(number)
+            return
+        marker = Marker(ns="intended_path", id=0, type=Marker.LINE_STRIP, action=Marker.ADD)
+        marker.header.frame_id = self._base_frame
+        marker.pose.orientation.w = 1.0
+        marker.scale.x = 0.004  # m, the line's width
+        marker.color = ColorRGBA(r=1.0, g=0.55, b=0.0, a=0.9)
+        marker.points = [Point(x=float(x), y=float(y), z=float(z)) for x, y, z in points]
+        with self._paths_lock:
+            if number != self._paths:
+                return
+            marker.header.stamp = self._node.get_clock().now().to_msg()
+            self._path_pub.publish(marker)
+            self._path_up = True
+
+    def _erase_path(self, number: int) -> None:
+        """Take down the path a viewer sees, unless a newer chunk than ``number`` (a
+        stream's next) has taken over."""
+        with self._paths_lock:
+            if number == self._paths:
+                self._take_down_path()
+
+    def _take_down_path(self) -> None:
+        if self._path_up:
+            marker = Marker(ns="intended_path", id=0, action=Marker.DELETE)
+            marker.header.stamp = self._node.get_clock().now().to_msg()
+            marker.header.frame_id = self._base_frame
+            self._path_pub.publish(marker)
+            self._path_up = False
 
     # --- move_to -------------------------------------------------------------------------
     def _move_to(self, goal_handle):

@@ -12,6 +12,8 @@ JOINT_STATES_TOPIC = "joint_states"
 EE_POSE_TOPIC = "ee_pose"
 ROBOT_DESCRIPTION_TOPIC = "robot_description"
 REQUESTS_TOPIC = "operator/requests"
+# Where each executing chunk takes the end effector (visualization_msgs/Marker), for viewers.
+INTENDED_PATH_TOPIC = "intended_path"
 # A consumer that needs the frames of the robot's next measurement (a model about to
 # predict) asks here; a simulator then renders that state even if its cameras are idle.
 CAMERA_TRIGGER_TOPIC = "camera/trigger"

@@ -111,15 +111,24 @@ def check_chunk(
                 f"{abs(np.diff(path, axis=0)[row, col]):g} {space.units[col]}, more than the "
                 f"limit of {limit[col]:g} per step in control space '{space.name}'"
             )
-    if space.relative and space.step_scale and ee_position is not None and workspace is not None:
-        path = np.asarray(ee_position) + np.cumsum(
-            actions[:, :3] * np.asarray(space.step_scale[:3]), axis=0
-        )
+    path = commanded_path(space, actions, ee_position)
+    if path is not None and workspace is not None:
         for step, p in enumerate(path):
             why = workspace.violation(p)
             if why:
                 raise GoalRejected(f"chunk would leave the workspace at step {step}: {why}")
     return space
+
+
+def commanded_path(space: ControlSpaceSpec, actions: np.ndarray, ee_position):
+    """The end-effector positions a chunk commands, integrated open-loop from
+    ``ee_position``: (horizon, 3), in the space's frame; None where the space is not a
+    relative Cartesian one with a known ``step_scale`` (or no position is given)."""
+    if not (space.relative and space.step_scale) or ee_position is None:
+        return None
+    return np.asarray(ee_position, dtype=np.float64) + np.cumsum(
+        actions[:, :3] * np.asarray(space.step_scale[:3]), axis=0
+    )
 
 
 def check_pose_target(

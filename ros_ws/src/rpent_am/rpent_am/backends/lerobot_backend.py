@@ -92,7 +92,7 @@ class LeRobotBackend(PolicyBackend):
         self._policy.eval()
         self.batching = cfg.type in CHUNK_FROM_OBSERVATION
         self._device = torch.device(cfg.device)
-        self._io = io
+        self.io = io
         steps = getattr(cfg, "n_action_steps", 0) or getattr(cfg, "chunk_size", 0)
         self._chunk_size = chunk_size or steps
         self._space = action_space
@@ -149,7 +149,7 @@ class LeRobotBackend(PolicyBackend):
 
     def _frame(self, observation: PolicyObservation, instruction: str) -> dict:
         """A batch of one, as LeRobot's async policy server prepares it."""
-        frame = self._io.inputs(observation)
+        frame = self.io.inputs(observation)
         if OBS_STATE in frame:
             frame[OBS_STATE] = frame[OBS_STATE].astype(np.float32)
         return prepare_observation_for_inference(frame, self._device, task=instruction)
@@ -166,7 +166,7 @@ class LeRobotBackend(PolicyBackend):
                 from None
         except (RuntimeError, ValueError, KeyError) as exc:
             raise BackendError(f"LeRobot inference failed ({exc}): check that model_io "
-                               f"({self._io.name}) feeds what the policy was trained "
+                               f"({self.io.name}) feeds what the policy was trained "
                                "on") from exc
         actions = torch.stack(rows, dim=1).float().cpu().numpy()
         return [actions_array(a, self._space.dim, "the LeRobot policy") for a in actions]

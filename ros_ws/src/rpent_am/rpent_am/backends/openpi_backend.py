@@ -62,7 +62,7 @@ class OpenPIBackend(PolicyBackend):
                  control_rate: float = 20.0):
         self._host, self._port, self._api_key = host, port, api_key
         self._where = f"{host}:{port}" if port is not None else host
-        self._space, self._chunk_size, self._io = action_space, chunk_size, io
+        self._space, self._chunk_size, self.io = action_space, chunk_size, io
         self._timeout, self._connect_timeout = timeout, connect_timeout
         self._lock = threading.Lock()  # one websocket: requests take turns
         self._client: Optional[WebsocketClientPolicy] = None
@@ -102,8 +102,8 @@ class OpenPIBackend(PolicyBackend):
             self._client = None
 
     def _element(self, observation: PolicyObservation, instruction: str) -> dict:
-        element = self._io.inputs(observation)
-        element[self._io.prompt_key] = instruction
+        element = self.io.inputs(observation)
+        element[self.io.prompt_key] = instruction
         return element
 
     def predict(self, observation: PolicyObservation, instruction: str,

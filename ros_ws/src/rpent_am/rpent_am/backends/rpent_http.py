@@ -53,7 +53,7 @@ class _VlaBackend(RpcBackend):
                  chunk_size: int = 0, control_rate: float = 20.0, timeout: float = 30.0,
                  connect_timeout: float = 5.0):
         super().__init__(endpoint, timeout=timeout, connect_timeout=connect_timeout)
-        self._space, self._io, self._chunk_size = action_space, io, chunk_size
+        self._space, self.io, self._chunk_size = action_space, io, chunk_size
         height, width = io.camera_size
         self._meta = ModelMeta(
             backend=type(self).name, checkpoint=self.endpoint, checkpoint_id=self.endpoint,
@@ -75,20 +75,20 @@ class RpentHttpBackend(_VlaBackend):
 
     def __init__(self, endpoint: str, **kwargs):
         super().__init__(endpoint, **kwargs)
-        keys = [spec.key for spec in self._io.images]
+        keys = [spec.key for spec in self.io.images]
         if "main" not in keys or not set(keys) <= set(PI05_IMAGE_KEYS):
             raise BackendError(
-                f"model_io {self._io.name} feeds images {keys}; the VLA server takes 'main' "
+                f"model_io {self.io.name} feeds images {keys}; the VLA server takes 'main' "
                 f"(required), 'wrist' and 'extra': fix the model_io's image keys")
 
     def predict(self, observation: PolicyObservation, instruction: str,
                 session: str) -> np.ndarray:
-        inputs = self._io.inputs(observation)
-        state = np.asarray(inputs.get(self._io.state_key, ()), dtype=np.float32)
+        inputs = self.io.inputs(observation)
+        state = np.asarray(inputs.get(self.io.state_key, ()), dtype=np.float32)
         answer = self._call("predict", kwargs={
             "instruction": instruction,
             "images": {spec.key: {"format": "png", "data": encode_png(inputs[spec.key])}
-                       for spec in self._io.images},
+                       for spec in self.io.images},
             "state": [state.tolist()],
             "mode": "eval"})
         if not isinstance(answer, dict) or "actions" not in answer:
@@ -137,11 +137,11 @@ class RpentVlaBackend(_VlaBackend):
 
     def predict(self, observation: PolicyObservation, instruction: str,
                 session: str) -> np.ndarray:
-        inputs = self._io.inputs(observation)
-        obs = {spec.key: inputs[spec.key][None, None] for spec in self._io.images}
-        if self._io.state:
-            obs[self._io.state_key] = np.asarray(inputs[self._io.state_key])[None, None]
-        obs[self._io.prompt_key] = [instruction]
+        inputs = self.io.inputs(observation)
+        obs = {spec.key: inputs[spec.key][None, None] for spec in self.io.images}
+        if self.io.state:
+            obs[self.io.state_key] = np.asarray(inputs[self.io.state_key])[None, None]
+        obs[self.io.prompt_key] = [instruction]
         with self._lock:
             fresh = session not in self._seen
             self._seen.add(session)

@@ -86,7 +86,7 @@ class WamBackend(RpcBackend):
                                "worker on a robot with one of those")
         super().__init__(endpoint, timeout=timeout or DEFAULT_TIMEOUT_S,
                          connect_timeout=connect_timeout)
-        self._io, self._control = io, control
+        self.io, self._control = io, control
         self._space, self._chunk_size = action_space, chunk_size
         caps = self._capabilities(connect_timeout)
         self._check(caps, expected_backend)
@@ -128,24 +128,24 @@ class WamBackend(RpcBackend):
                                "the RPC's session.register, which this node does not do: "
                                "serve the model without sessions")
         missing = [r for r in caps.get("camera_roles") or [] if r not in
-                   {spec.key for spec in self._io.images}]
+                   {spec.key for spec in self.io.images}]
         if missing:
             raise BackendError(f"the worker needs camera role(s) {missing}; model_io "
-                               f"{self._io.name} feeds {[s.key for s in self._io.images]}")
-        sizes = self._io.part_sizes()
+                               f"{self.io.name} feeds {[s.key for s in self.io.images]}")
+        sizes = self.io.part_sizes()
         wrong = {name: size for name, size in (caps.get("state_schema") or {}).items()
                  if sizes.get(name) != size}
         if wrong:
             raise BackendError(f"the worker needs state {wrong} (name: size); model_io "
-                               f"{self._io.name} feeds {sizes}")
+                               f"{self.io.name} feeds {sizes}")
 
     def predict(self, observation: PolicyObservation, instruction: str,
                 session: str) -> Prediction:
-        inputs = self._io.inputs(observation)
+        inputs = self.io.inputs(observation)
         request = {
-            "images": {spec.key: inputs[spec.key] for spec in self._io.images},
+            "images": {spec.key: inputs[spec.key] for spec in self.io.images},
             "state": {name: vector.astype(np.float32)
-                      for name, vector in self._io.state_parts(observation).items()},
+                      for name, vector in self.io.state_parts(observation).items()},
             "instruction": instruction,
             "embodiment": self._control["embodiment"],
             "action_space": self._control["action_space"]}
