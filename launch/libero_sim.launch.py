@@ -35,6 +35,7 @@ Launch arguments (name, default, what):
   dashboard          false            start the Foxglove bridge (ws://127.0.0.1:dashboard_port)
   dashboard_port     8765             TCP port of the Foxglove bridge (dashboard:=true)
   dashboard_legacy_port 8764          TCP port of the bridge's foxglove.websocket.v1 protocol, for Foxglove Studio 1.x; -1: none
+  dashboard_language    en            en | zh-cn: the layout the run summary names (config/foxglove_layout[.zh-cn].json) and the language of the agent's reasoning and summaries
   record             false            record a rosbag2 (MCAP) into the run folder
   record_depth       false            true: the bag also holds the cameras' aligned depth (camera/<name>/depth/*), about as many bytes again as the images
   record_image_rate  0                images per second the bag keeps of each camera, at the same instants on all (the recorder node; ros2 bag record cannot thin); 0: every image

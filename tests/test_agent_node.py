@@ -400,7 +400,9 @@ def test_an_llm_planner_reaches_native_success_through_each_provider(robot, node
                                                                      tmp_path, provider):
     """The api planner on a serving agent node, through the provider's real SDK and wire
     (a local server that speaks it), picks and places twice in a row; the second run's
-    request carries the recipe the first run left in their memory folder."""
+    request carries the recipe the first run left in their memory folder. The operator
+    reads Chinese (language zh-cn): every request asks the model to write in it."""
+    from rpent_agent.prompts import LANGUAGES, SYSTEM_PROMPT
     from rpent_testkit.provider_wire import (AnthropicServer, OpenAIChatServer,
                                           OpenAIResponsesServer)
 
@@ -413,7 +415,7 @@ def test_an_llm_planner_reaches_native_success_through_each_provider(robot, node
         agent = Agent(node_factory, client, tmp_path, "agent_" + provider.replace("-", "_"),
                       planner="api",
                       model=model, base_url=server.base_url, reset_episode=True,
-                      memory_dir=str(tmp_path / "memory"))
+                      memory_dir=str(tmp_path / "memory"), language="zh-cn")
         files = []
         for run in range(2):
             status, result = agent.result(agent.send(SOUP), 400)
@@ -428,6 +430,7 @@ def test_an_llm_planner_reaches_native_success_through_each_provider(robot, node
             assert (tokens["cached_input_tokens"] > 0) == (provider == "anthropic"), tokens
     assert not server.refused and not server.failures, (server.refused, server.failures)
     assert all(r.model == model.split(":")[1] for r in server.requests)
+    assert all(SYSTEM_PROMPT + LANGUAGES["zh-cn"] in r.system for r in server.requests)
     openings = ["\n".join(r.messages[0].texts) for r in server.requests if len(r.messages) == 1]
     assert len(openings) == 2 and "Recipes from earlier runs" not in openings[0]
     recipe = files[0]["recipe"]
@@ -496,7 +499,7 @@ def test_claude_code_reaches_native_success_twice(robot, node_factory, tmp_path,
     server; the session is stopped at finish, and a second task runs on the same node."""
     pytest.importorskip("claude_agent_sdk", reason="the Claude Agent SDK is not installed: "
                         "scripts/setup.sh --extras agents")
-    from rpent_agent.planners.api import SYSTEM_PROMPT
+    from rpent_agent.prompts import SYSTEM_PROMPT
     from rpent_testkit.provider_wire import AnthropicServer
 
     client, _ = robot
@@ -607,7 +610,7 @@ def test_codex_reaches_native_success_and_stops_when_the_model_goes_on(
     after finish the model's closing reply ends Codex by itself (run 1); a model that calls
     a tool instead has Codex stopped there (run 2)."""
     codex_or_skip()
-    from rpent_agent.planners.api import SYSTEM_PROMPT
+    from rpent_agent.prompts import SYSTEM_PROMPT
     from rpent_testkit.provider_wire import OpenAIResponsesServer, Reply
 
     client, _ = robot

@@ -50,6 +50,7 @@ PLAIN_CORES = (
     "rpent_agent.recipes", "rpent_agent.prompts", "rpent_agent.skills",
     "rpent_agent.transcript", "rpent_agent.planners.api",
     "rpent.eval.stats", "rpent.eval.results", "rpent.eval.report", "rpent.export_dataset",
+    "rpent_foxglove.layout",
 )
 
 

@@ -235,6 +235,22 @@ def test_the_dashboard_and_the_mcp_server_listen_on_different_ports_by_default()
     assert moved["agent"].parameters["mcp_port"] == 9002
 
 
+@pytest.mark.parametrize("name", ["libero_sim", "franka", "so101"])
+def test_dashboard_language_names_its_layout_and_sets_the_agents_language(name):
+    """dashboard_language:=zh-cn: the run summary names the Chinese layout, a file the
+    package ships, and the agent writes for the operator in Chinese."""
+    for language, layout in (("en", "foxglove_layout.json"),
+                             ("zh-cn", "foxglove_layout.zh-cn.json")):
+        agent = {n.name: n for n in describe(name, {
+            "run_dir": "/tmp/r", "dashboard": "true",
+            "dashboard_language": language})}["agent"].parameters
+        assert agent["language"] == language
+        assert Path(agent["dashboard_layout"]).name == layout
+        assert Path(agent["dashboard_layout"]).is_file()
+    with pytest.raises(ValueError, match="dashboard_language:=fr: choose one of en, zh-cn"):
+        describe(name, {"run_dir": "/tmp/r", "dashboard_language": "fr"})
+
+
 def test_real_arms_start_without_a_model_by_default():
     for name in ("franka", "so101"):
         nodes = describe(name, {"run_dir": "/tmp/r"})

@@ -94,6 +94,26 @@ def test_layout_panels_are_lichtblick_panels():
     assert scene["scene"]["transforms"]["axisScale"] <= 0.5
 
 
+@pytest.mark.parametrize("language", ["zh-cn"])
+def test_each_language_has_the_layout_with_every_shown_text_translated(language):
+    """The shipped layout of each language the dashboard offers is the English one with
+    every text a viewer shows translated (the same panels, topics and services), and the
+    agent writes for the operator in the same languages."""
+    from rpent_agent.prompts import LANGUAGES as AGENT_LANGUAGES
+    from rpent_foxglove.layout import LANGUAGES, layout_file, shown_texts, translate
+
+    assert set(AGENT_LANGUAGES) == set(LANGUAGES)
+    shipped = json.loads((CONFIG / layout_file(language)).read_text())
+    assert shipped == translate(LAYOUT, language), \
+        "the shipped layout is stale: python -m rpent_foxglove.layout config"
+    english = shown_texts(LAYOUT)
+    assert len(english) >= 20 and not english & shown_texts(shipped)
+    assert all(any("\u4e00" <= c <= "\u9fff" for c in text) for text in shown_texts(shipped))
+    changed = json.loads(json.dumps(LAYOUT).replace('"Cameras"', '"Camera views"'))
+    with pytest.raises(ValueError, match=r"no zh-cn translation: \['Camera views'\]"):
+        translate(changed, language)
+
+
 @pytest.fixture(scope="module")
 def ran(rclpy_context, node_factory, tmp_path_factory):
     """Robot, action model and agent up, and one agent run finished: everything a viewer

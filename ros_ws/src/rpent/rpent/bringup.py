@@ -18,6 +18,7 @@ from typing import Callable, Optional
 from rpent_contract.contributions import BRINGUPS as BRINGUP_GROUP
 from rpent_contract.contributions import ContributionError, contributions
 from rpent_contract.processes import node_executable, ros_args
+from rpent_foxglove.layout import LANGUAGES, layout_file
 
 
 # Arguments ``ros2 launch`` adds itself (--launch-prefix, --launch-prefix-filter).
@@ -220,6 +221,9 @@ VIEW_ARGS = (
     Argument("dashboard_port", "8765", "TCP port of the Foxglove bridge (dashboard:=true)"),
     Argument("dashboard_legacy_port", "8764", "TCP port of the bridge's foxglove.websocket.v1 "
                                               "protocol, for Foxglove Studio 1.x; -1: none"),
+    Argument("dashboard_language", "en", "en | zh-cn: the layout the run summary names "
+                                         "(config/foxglove_layout[.zh-cn].json) and the "
+                                         "language of the agent's reasoning and summaries"),
     Argument("record", "false", "record a rosbag2 (MCAP) into the run folder"),
     Argument("record_depth", "false", "true: the bag also holds the cameras' aligned depth "
                                       "(camera/<name>/depth/*), about as many bytes again as "
@@ -324,6 +328,9 @@ def agent_node(args: dict, ns: str, folder: str, model: str, max_steps: str,
         raise ValueError(f"instruction:={args['instruction']} runs one task; with serve:=true "
                          "give each run's instruction to agent/start_run (the dashboard's "
                          "Start button, rpent task start)")
+    language = args["dashboard_language"]
+    if language not in LANGUAGES:
+        raise ValueError(f"dashboard_language:={language}: choose one of {', '.join(LANGUAGES)}")
     # A session's runs each get a folder of their own inside the session's.
     runs = {"output_dir": folder, "run_dir": ""} if serve else \
         {"output_dir": os.path.abspath(args["output_dir"]), "run_dir": folder}
@@ -343,8 +350,9 @@ def agent_node(args: dict, ns: str, folder: str, model: str, max_steps: str,
                     "robot_namespace": ns, "run_at_startup": not serve,
                     "policy_mode": args["policy_mode"],
                     "mcp_port": int(args["mcp_port"]), "dashboard_url": url,
-                    "dashboard_layout": (os.path.abspath(_config("foxglove_layout.json"))
-                                         if url else "")},
+                    "dashboard_layout": (os.path.abspath(_config(layout_file(language)))
+                                         if url else ""),
+                    "language": language},
         required=True)
 
 

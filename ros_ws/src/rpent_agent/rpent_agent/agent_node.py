@@ -43,7 +43,7 @@ from .markers import SceneMarkers
 from .memory import MemoryDir, lasting_folder
 from .observer import RobotObserver
 from .planners import PLANNERS, choose
-from .prompts import contributed_prompt
+from .prompts import LANGUAGES, SYSTEM_PROMPT, contributed_prompt, language_prompt
 from .toolkit import CodeSettings, RunState, Timeouts, Toolkit
 from .transcript import Transcript
 from .video import EpisodeVideo
@@ -148,6 +148,9 @@ class AgentNode(Node):
         self.reset_episode = d("reset_episode", False, "reset the robot's episode before "
                                "each run")
         self.video_enabled = d("video", True, "write episode.mp4 from the camera topics")
+        self.language = d("language", "en", "the language of what the operator reads from "
+                          "the model (reasoning, questions, the finish summary): "
+                          + " | ".join(LANGUAGES), params.one_of(*LANGUAGES))
         self.startup_timeout = d("startup_timeout", 120.0, "s to wait for the robot (and "
                                  "action model) at start-up", params.positive)
         self.instruction = d("instruction", "", "run this task at start-up, then exit")
@@ -265,23 +268,26 @@ class AgentNode(Node):
         return client
 
     def _make_planner(self):
+        prompt = SYSTEM_PROMPT + language_prompt(self.language)
         if self.planner_name == "api":
             from .planners.api import ApiPlanner, build_model
             return ApiPlanner(build_model(self.model, self.base_url),
                               max_history_images=self.max_history_images,
                               retries=self.model_retries, run_timeout=self.run_timeout,
                               tool_retries=self.tool_retries,
-                              prompt_cache=self.prompt_cache)
+                              prompt_cache=self.prompt_cache, system_prompt=prompt)
         if self.planner_name in ("mcp", "claude_code", "codex"):
             server = (self.mcp_host, self.mcp_port, self.run_timeout)
             if self.planner_name == "claude_code":
                 from .planners.claude_code import ClaudeCodePlanner
                 planner = ClaudeCodePlanner(lambda: self._toolkit, self.model, self.base_url,
-                                            *server, token=self.mcp_token)
+                                            *server, token=self.mcp_token,
+                                            system_prompt=prompt)
             elif self.planner_name == "codex":
                 from .planners.codex import CodexPlanner
                 planner = CodexPlanner(lambda: self._toolkit, self.model, self.base_url,
-                                       *server, cli=self.codex_cli, token=self.mcp_token)
+                                       *server, cli=self.codex_cli, token=self.mcp_token,
+                                       system_prompt=prompt)
             else:
                 from .planners.mcp import McpPlanner
                 planner = McpPlanner(lambda: self._toolkit, *server, token=self.mcp_token)

@@ -28,15 +28,7 @@ from pydantic_ai.models import Model, infer_model
 from pydantic_ai.models.wrapper import WrapperModel
 from pydantic_ai.usage import UsageLimits
 
-from ..prompts import contributed_prompt
-
-SYSTEM_PROMPT = """You control a robot arm through tools. Each tool result shows what \
-happened and the current camera images. Work step by step: look, act, check the result. \
-Positions are metres in the robot base frame. If the task status never reports success \
-(a real arm has no success check), ask request_operator_verdict before you finish; if \
-something is knocked over, request_scene_reset. When the task is done, call finish with \
-status 'success'; if it cannot be done call finish with 'failure', and if you cannot make \
-progress call finish with 'stuck'. Always end with finish."""
+from ..prompts import SYSTEM_PROMPT, contributed_prompt
 
 CODE_PROMPT = """
 

@@ -16,7 +16,8 @@ import time
 import anyio
 
 from . import PlannerConfigError, cli_model
-from .api import SYSTEM_PROMPT, instructions_for
+from ..prompts import SYSTEM_PROMPT
+from .api import instructions_for
 from .mcp import McpPlanner
 
 SERVER = "robot"  # Claude Code names the tools mcp__robot__<tool>

@@ -23,7 +23,8 @@ from pathlib import Path
 from typing import Optional
 
 from . import PlannerConfigError, cli_model
-from .api import SYSTEM_PROMPT, instructions_for
+from ..prompts import SYSTEM_PROMPT
+from .api import instructions_for
 from .mcp import McpPlanner
 
 SERVER = "robot"
