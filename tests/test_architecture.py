@@ -35,7 +35,7 @@ PLAIN_CORES = (
     "rpent_contract.control_space",
     "rpent_contract.motion", "rpent_contract.geometry", "rpent_contract.description",
     "rpent_contract.images", "rpent_contract.operator", "rpent_contract.perception",
-    "rpent_contract.tf_tree", "rpent_contract.contributions",
+    "rpent_contract.tf_tree", "rpent_contract.contributions", "rpent_contract.markers",
     "rpent_env_sim.libero_sim", "rpent_env_sim.cartesian_controller", "rpent_env_sim.mjcf_urdf",
     "rpent_hw.so101_kinematics",
     "rpent_twins.scene", "rpent_twins.rendering", "rpent_twins.twin_port",

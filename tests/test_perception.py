@@ -71,6 +71,40 @@ def test_the_robot_publishes_depth_and_camera_frames_on_tf(robot):
          "robot0_eye_in_hand_optical_frame": "base_link"}
 
 
+def test_a_viewer_sees_every_object_of_the_scene_labelled_where_it_is(robot):
+    """sim/scene_markers, the 3D panel's scene: each object of the task a box of its size
+    where the simulator has it, with its name, in the base frame; latched, so a viewer that
+    subscribes late gets it at once. Drawn even unprivileged: only viewers read it."""
+    from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
+    from visualization_msgs.msg import Marker, MarkerArray
+
+    from rpent_contract.geometry import quaternion_to_matrix
+    from rpent_env_sim.libero_sim import LiberoSim
+
+    client, info, _, _ = robot
+    with LiberoSim(SUITE, TASK, cameras=()) as sim:
+        truth = sim.scene_objects()
+    shown = []
+    client.node.create_subscription(MarkerArray, "sim/scene_markers", shown.append, QoSProfile(
+        depth=1, reliability=ReliabilityPolicy.RELIABLE,
+        durability=DurabilityPolicy.TRANSIENT_LOCAL))
+    wait_until(lambda: shown, 20, what="the scene on sim/scene_markers")
+    wipe, *markers = shown[-1].markers
+    assert wipe.action == Marker.DELETEALL
+    assert {m.header.frame_id for m in shown[-1].markers} == {info.base_frame}
+    boxes = [m for m in markers if m.type == Marker.CUBE]
+    names = {m.id: m.text for m in markers if m.type == Marker.TEXT_VIEW_FACING}
+    assert sorted(names.values()) == sorted(truth) and len(boxes) == len(truth)
+    for box in boxes:
+        position, quat, centre, half = truth[names[box.id]]
+        p, q = box.pose.position, box.pose.orientation
+        expected = np.asarray(position) + quaternion_to_matrix(quat) @ centre
+        np.testing.assert_allclose([p.x, p.y, p.z], expected, atol=0.005)
+        assert abs(np.dot([q.x, q.y, q.z, q.w], quat)) > 0.999
+        np.testing.assert_allclose([box.scale.x, box.scale.y, box.scale.z],
+                                   np.maximum(2 * half, 0.005), atol=0.002)
+
+
 def test_locate_finds_each_named_object_where_the_simulator_has_it(robot):
     client, _, _, locate = robot
     truth = object_poses(0)

@@ -50,7 +50,7 @@ def test_arguments_a_robot_would_refuse_draw_nothing_and_keep_the_scene():
     assert target[2] == (0.4, 0.0, 0.2)
 
 
-def test_each_message_is_the_whole_scene_and_a_new_locate_replaces_the_old_one():
+def test_each_message_is_the_whole_scene_and_locates_add_up_until_cleared():
     scene = SceneMarkers("base_link")
     scene.update_target(STAMP, {"x": 0.4, "y": 0.0, "z": 0.2})
     first = scene.update_located(STAMP, [_located("ketchup", [0.5, 0.1, 0.05], [0.04, 0.04, 0.1]),
@@ -61,8 +61,13 @@ def test_each_message_is_the_whole_scene_and_a_new_locate_replaces_the_old_one()
     assert [(m.scale.x, m.scale.y, m.scale.z) for m in boxes] == [(0.04, 0.04, 0.1),
                                                                   (0.2, 0.15, 0.01)]
     assert {t for *_, t in drawn if t} == {"move_to", "ketchup 0.90", "basket 0.90"}
-    second = scene.update_located(STAMP, [])
-    assert [ns for ns, *_ in _drawn(second)] == ["target", "target"]
+    # Found again elsewhere: the newest place; the basket found earlier stays with its label.
+    second = _drawn(scene.update_located(STAMP, [_located("ketchup", [0.6, 0.0, 0.05],
+                                                          [0.04, 0.04, 0.1])]))
+    assert [(p, t) for ns, kind, p, t in second if ns == "located" and t] == [
+        ((0.3, -0.2, 0.0 + 0.0 / 2 + 0.04), "basket 0.90"),
+        ((0.6, 0.0, 0.05 + 0.1 / 2 + 0.04), "ketchup 0.90")]
+    assert _drawn(scene.update_located(STAMP, [])) == second
     assert _drawn(scene.clear(STAMP)) == []
 
 

@@ -262,5 +262,11 @@ class RobotDriver(ABC):
         """Sim only: name -> (position, quaternion xyzw) in the base frame."""
         raise NotImplementedError("this robot has no privileged object poses (real hardware)")
 
+    def scene_objects(self) -> dict:
+        """Sim only, for viewers: name -> (position, quaternion xyzw, centre, half sizes):
+        each object's pose in the base frame and the box it fills, axis-aligned in its own
+        frame, m (the table among them, where the scene has one)."""
+        raise NotImplementedError("this robot has no scene model (real hardware)")
+
     def close(self) -> None:
         """Release the robot / simulator."""

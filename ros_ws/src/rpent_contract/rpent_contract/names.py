@@ -34,6 +34,8 @@ ANSWER_SERVICE = "operator/answer"
 # Served by simulated robots only.
 OBJECT_POSES_SERVICE = "sim/get_object_poses"
 SEGMENT_SERVICE = "sim/segment"
+# Published by simulated robots, for viewers: the scene's objects and table as labelled boxes.
+SCENE_MARKERS_TOPIC = "sim/scene_markers"
 # Served and published by real arms (rpent_hw): an operator approves the pending motion.
 APPROVE_SERVICE = "safety/approve"
 PENDING_TOPIC = "safety/pending"

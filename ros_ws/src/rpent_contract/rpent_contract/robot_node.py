@@ -130,7 +130,7 @@ class RobotContractNode(Node):
         self.operator_desk = OperatorServer(
             self, self.driver, self.publisher, who=self.operator,
             timeout=self.operator_timeout, reset_episode=self.motions.reset_episode)
-        if desc.sim_services:
+        if desc.simulated:
             SimServices(self, self.driver, desc, frame_prefix=self.frame_prefix,
                         base_frame=self.base_frame)
         service(self, GetRobotInfo, GET_ROBOT_INFO_SERVICE, self._get_robot_info,

@@ -1,19 +1,36 @@
 """What only a simulator can answer: ``sim/get_object_poses`` (where every object is) and
-``sim/segment`` (masks from the renderer's segmentation). A driver lists the ones it has in
-``RobotDescription.sim_services``; a real robot has neither."""
+``sim/segment`` (masks from the renderer's segmentation), which a driver lists in
+``RobotDescription.sim_services`` (privileged runs only for the poses); and, for viewers,
+``sim/scene_markers``: the scene's objects and table as labelled boxes. A real robot has
+none of them.
+
+The scene markers are the simulator's truth whatever ``privileged`` says: they are drawn
+for the people watching, and no tool of the agent reads them.
+"""
 from __future__ import annotations
 
-from geometry_msgs.msg import PoseStamped
+import numpy as np
+from geometry_msgs.msg import PoseStamped, Quaternion, Vector3
 from rclpy.callback_groups import ReentrantCallbackGroup
-from std_msgs.msg import Header
+from std_msgs.msg import ColorRGBA, Header
+from visualization_msgs.msg import Marker, MarkerArray
 
 from rpent_interfaces.srv import GetObjectPoses, Segment
 
 from .driver import RobotDescription, RobotDriver
-from .geometry import pose_to_msg
-from .names import OBJECT_POSES_SERVICE, SEGMENT_SERVICE, optical_frame
+from .geometry import pose_to_msg, quaternion_to_matrix
+from .markers import label, marker, wipe
+from .names import OBJECT_POSES_SERVICE, SCENE_MARKERS_TOPIC, SEGMENT_SERVICE, optical_frame
 from .perception import fill_segment_response
+from .qos import LATCHED_QOS
 from .serving import service
+
+# s between looks at the scene: a viewer sees an object moved within this; unchanged
+# scenes are not published again.
+SCENE_PERIOD_S = 0.5
+SCENE_MOVED_M = 0.002  # an object moved less than this (or turned less) is not redrawn
+OBJECT = ColorRGBA(r=0.35, g=0.6, b=0.9, a=0.45)
+TABLE = ColorRGBA(r=0.55, g=0.45, b=0.35, a=0.5)
 
 
 class SimServices:
@@ -29,6 +46,52 @@ class SimServices:
                     callback_group=group)
         if SEGMENT_SERVICE in description.sim_services:
             service(node, Segment, SEGMENT_SERVICE, self._segment, callback_group=group)
+        self._scene_pub = node.create_publisher(MarkerArray, SCENE_MARKERS_TOPIC, LATCHED_QOS)
+        self._scene_drawn = None  # name -> pose vector of the scene last published
+        self._scene_timer = node.create_timer(SCENE_PERIOD_S, self._show_scene,
+                                              callback_group=group)
+
+    def _show_scene(self) -> None:
+        """Publish the scene while someone watches, whenever it has changed (latched: a
+        viewer that comes later gets the newest at once)."""
+        if self._scene_pub.get_subscription_count() == 0:
+            return
+        try:
+            scene = self._driver.scene_objects()
+        except NotImplementedError:
+            self._node.destroy_timer(self._scene_timer)
+            return
+        except Exception as err:  # a simulator between episodes: try again at the next look
+            self._node.get_logger().warning(f"no scene for viewers this time: {err}",
+                                            throttle_duration_sec=30.0)
+            return
+        poses = {name: np.r_[position, quat] for name, (position, quat, *_) in scene.items()}
+        drawn = self._scene_drawn
+        if drawn is not None and drawn.keys() == poses.keys() and all(
+                np.max(np.abs(poses[n] - drawn[n])) < SCENE_MOVED_M for n in poses):
+            return
+        self._scene_drawn = poses
+        self._scene_pub.publish(self._scene_markers(scene))
+
+    def _scene_markers(self, scene: dict) -> MarkerArray:
+        """Each object a translucent box where it is, with its name above it."""
+        stamp, frame = self._node.get_clock().now().to_msg(), self._base_frame
+        markers = [wipe(frame, stamp)]
+        for i, (name, (position, quat, centre, half)) in enumerate(sorted(scene.items())):
+            rotation = quaternion_to_matrix(quat)
+            middle = np.asarray(position) + rotation @ np.asarray(centre)
+            x, y, z, w = (float(v) for v in quat)
+            markers.append(marker(frame, stamp, "scene_objects", i, Marker.CUBE, middle,
+                                  Vector3(**{k: max(2.0 * float(v), 0.005)
+                                             for k, v in zip("xyz", half)}),
+                                  TABLE if name == "table" else OBJECT,
+                                  Quaternion(x=x, y=y, z=z, w=w)))
+            if name != "table":
+                # Above the box's highest corner however the object is turned.
+                top = float(np.abs(rotation[2]) @ np.asarray(half))
+                markers.append(label(frame, stamp, "scene_labels", i, middle, name,
+                                     above=top + 0.02))
+        return MarkerArray(markers=markers)
 
     def _segment(self, request, response):
         cameras = self._description.camera_names

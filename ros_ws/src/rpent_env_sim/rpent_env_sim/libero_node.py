@@ -296,6 +296,9 @@ class LiberoDriver(RobotDriver):
                                "privileged:=false")
         return self._call(self._sim.object_poses)
 
+    def scene_objects(self) -> dict:
+        return self._call(self._sim.scene_objects)
+
     def close(self) -> None:
         try:
             self._call(self._sim.close)

@@ -208,6 +208,24 @@ def _close_env(env) -> None:
     env.close()
 
 
+_CORNERS = np.array([[x, y, z] for x in (-1, 1) for y in (-1, 1) for z in (-1, 1)])
+
+
+def _geom_box(model, data, geoms, body: int) -> tuple:
+    """(centre, half sizes) in ``body``'s frame of the box around ``geoms`` (MuJoCo's
+    per-geom bounding boxes, moved to where the geoms are now)."""
+    rotation, origin = data.body_xmat[body].reshape(3, 3), data.body_xpos[body]
+    points = []
+    for geom in geoms:
+        centre, half = model.geom_aabb[geom, :3], model.geom_aabb[geom, 3:]
+        in_world = (centre + half * _CORNERS) @ data.geom_xmat[geom].reshape(3, 3).T \
+            + data.geom_xpos[geom]
+        points.append((in_world - origin) @ rotation)
+    points = np.vstack(points)
+    low, high = points.min(axis=0), points.max(axis=0)
+    return (low + high) / 2, (high - low) / 2
+
+
 def egl_device_count() -> int:
     """EGL devices this machine offers (GPUs, or Mesa's software device)."""
     from mujoco.egl import egl_ext as EGL
@@ -428,6 +446,26 @@ class LiberoSim:
                 poses[name] = self._site_pose_in_base(name)
         return poses
 
+    def scene_objects(self) -> dict[str, tuple]:
+        """What a viewer draws of the scene: name -> (position, quat xyzw) in the base
+        frame as :meth:`object_poses` gives them, then (centre, half sizes) of the box
+        around the object's geoms, axis-aligned in its own frame, m; the table too, where
+        the scene has one. Measured now: a drawer's box is where the drawer is."""
+        env = self._env.env
+        model, data = env.sim.model, env.sim.data
+        bodies = {name: (env.obj_body_id[name], np.flatnonzero(self._geom_object == index))
+                  for index, name in enumerate(self._object_names)}
+        if self._table_body is not None:
+            bodies["table"] = (self._table_body,
+                               np.flatnonzero(model.geom_bodyid == self._table_body))
+        scene = {}
+        for name, (body, geoms) in bodies.items():
+            if len(geoms):
+                pose = self._world_to_base(data.body_xpos[body],
+                                           wxyz_to_xyzw(data.body_xquat[body]))
+                scene[name] = (*pose, *_geom_box(model, data, geoms, body))
+        return scene
+
     def segmentation(self, camera: str) -> tuple[np.ndarray, list[str]]:
         """The task's objects as MuJoCo sees them from ``camera`` right now.
 
@@ -563,6 +601,8 @@ class LiberoSim:
                 body = int(model.body_parentid[body])
             geom_object[geom] = body_object.get(body, -1)
         self._geom_object = geom_object
+        tables = [b for b in range(model.nbody) if model.body_id2name(b) == "table"]
+        self._table_body = tables[0] if tables else None
 
     def _configure_rendering(self) -> None:
         ctx = self._env.env.sim._render_context_offscreen

@@ -28,6 +28,7 @@ TRANSLATIONS = {
         "Policy's prediction": "策略预测",
         "Agent": "智能体",
         "Nodes": "节点",
+        "Grid": "网格",
         "Joint positions (rad)": "关节位置 (rad)",
         "gripper width (m)": "夹爪宽度 (m)",
         "Action timeline": "动作时间线",
