@@ -241,6 +241,36 @@ def test_late_viewer_gets_task_status_whole_agent_log_and_every_layout_channel(r
     assert bridge.alive(), bridge.log_tail()
 
 
+def test_a_viewer_loads_every_mesh_of_the_arm_asked_for_at_once(ran, node_factory):
+    """As a browser's 3D panel loads a robot: every mesh the description names, asked for
+    at once, comes back with its file's bytes. (The SDK server refuses a client's fetches
+    beyond 32 at a time; the simulator's description names few enough files.)"""
+    from urllib.parse import unquote, urlsplit
+
+    bridge = node_factory("rpent_foxglove", "bridge", {"port": 0, "legacy_port": -1,
+                                                       "stats_period": 0.0},
+                          name="dash_mesh_bridge", params_file=CONFIG / "foxglove_bridge.yaml")
+    port = wait_until(lambda: (m := re.search(r"ws://127\.0\.0\.1:(\d+)", bridge.log_tail(200)))
+                      and int(m.group(1)), 60, what="the bridge to listen")
+
+    async def scenario():
+        async with FoxgloveClient(f"ws://127.0.0.1:{port}") as viewer:
+            await viewer.wait_for_topics(["/robot_description"], 60)
+            await viewer.subscribe(["/robot_description"])
+            got = await viewer.collect(30, until=lambda ms: ms)
+            assert got, "no /robot_description, though it is latched"
+            urdf = decoder_for(viewer.by_topic("/robot_description"))(got[0].data).data
+            meshes = re.findall(r'filename="([^"]+)"', urdf)
+            return meshes, await viewer.fetch_assets(meshes, 60)
+
+    meshes, fetched = asyncio.run(scenario())
+    assert len(meshes) >= 10, meshes
+    failed = {uri: str(a) for uri, a in fetched.items() if isinstance(a, Exception)}
+    assert not failed, failed
+    for uri, data in fetched.items():
+        assert data == Path(unquote(urlsplit(uri).path)).read_bytes(), uri
+
+
 def test_a_viewer_speaking_only_foxglove_websocket_v1_gets_the_layout(ran, node_factory):
     """Foxglove Studio 1.x offers only foxglove.websocket.v1, which the SDK's port refuses:
     the bridge's second port gives it every channel and service the layout uses, the

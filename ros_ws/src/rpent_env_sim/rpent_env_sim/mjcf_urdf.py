@@ -5,8 +5,11 @@ become revolute and prismatic joints with the model's ranges, bodies without a j
 fixed to their parent, and sites can be added as fixed links (the end effector). Visual
 geoms (no contacts) become visuals; meshes are written as binary STL from the *compiled*
 vertices, which already carry MuJoCo's scaling and re-centring, so a viewer draws exactly
-what the simulator renders. Files are content-addressed: several simulators writing the
-same robot at once write the same bytes to the same names.
+what the simulator renders. A link's mesh geoms of one colour become one STL, placed in the
+link's frame: a robot modelled in many small pieces (robosuite's Panda: 52) then needs a
+few files a link (its 11 links: 24), fewer than a browser viewer may fetch at once from a
+Foxglove server (32). Files are content-addressed: several simulators writing the same
+robot at once write the same bytes to the same names.
 """
 from __future__ import annotations
 
@@ -21,7 +24,7 @@ from typing import Callable, Mapping
 import mujoco
 import numpy as np
 
-from rpent_contract.geometry import quaternion_to_rpy, wxyz_to_xyzw
+from rpent_contract.geometry import quaternion_to_matrix, quaternion_to_rpy, wxyz_to_xyzw
 
 # The model's type arrays hold plain ints.
 _BOX, _SPHERE, _CYLINDER, _MESH = (int(mujoco.mjtGeom.mjGEOM_BOX),
@@ -51,18 +54,25 @@ def _atomic_write(path: Path, data: bytes) -> None:
     os.replace(tmp, path)
 
 
-def _stl(model, mesh: int) -> bytes:
+def _triangles(model, geom: int) -> np.ndarray:
+    """A mesh geom's triangles in its body's frame: (F, 3 corners, 3)."""
+    mesh = model.geom_dataid[geom]
     vertices = model.mesh_vert[model.mesh_vertadr[mesh]:
                                model.mesh_vertadr[mesh] + model.mesh_vertnum[mesh]]
     faces = model.mesh_face[model.mesh_faceadr[mesh]:
                             model.mesh_faceadr[mesh] + model.mesh_facenum[mesh]]
-    triangles = vertices[faces].astype(np.float32)  # (F, 3 corners, 3)
+    rotation = quaternion_to_matrix(wxyz_to_xyzw(model.geom_quat[geom]))
+    return vertices[faces] @ rotation.T + model.geom_pos[geom]
+
+
+def _stl(triangles: np.ndarray) -> bytes:
+    triangles = np.asarray(triangles, dtype=np.float32)
     normals = np.cross(triangles[:, 1] - triangles[:, 0], triangles[:, 2] - triangles[:, 0])
     normals /= np.maximum(np.linalg.norm(normals, axis=1, keepdims=True), 1e-12)
-    records = np.zeros(len(faces), dtype=[("n", "<f4", 3), ("v", "<f4", (3, 3)),
-                                          ("attr", "<u2")])
+    records = np.zeros(len(triangles), dtype=[("n", "<f4", 3), ("v", "<f4", (3, 3)),
+                                              ("attr", "<u2")])
     records["n"], records["v"] = normals, triangles
-    return b"\0" * 80 + struct.pack("<I", len(faces)) + records.tobytes()
+    return b"\0" * 80 + struct.pack("<I", len(triangles)) + records.tobytes()
 
 
 def write_urdf(model, robot_name: str, root_body: str, directory: Path, *,
@@ -91,22 +101,37 @@ def write_urdf(model, robot_name: str, root_body: str, directory: Path, *,
     for body in order:
         name = _name(model, body_kind, body)
         link = ET.SubElement(robot, "link", name=rename(name))
+        meshes: dict = {}  # colour -> the link's mesh triangles of that colour
+
+        def add_visual(geometry, attributes, colour, origin=None):
+            visual = ET.SubElement(link, "visual")
+            if origin is not None:
+                _origin(visual, *origin)
+            ET.SubElement(ET.SubElement(visual, "geometry"), geometry, **attributes)
+            material = ET.SubElement(visual, "material", name=materials.setdefault(
+                colour, f"color_{len(materials)}"))
+            ET.SubElement(material, "color", rgba=colour)
+
         for geom in range(model.body_geomadr[body],
                           model.body_geomadr[body] + model.body_geomnum[body]):
             if model.geom_contype[geom] or model.geom_conaffinity[geom]:
                 continue  # a collision geom: viewers draw the visuals
-            shape = _visual_shape(model, geom, directory)
-            if shape is None:
-                continue
-            visual = ET.SubElement(link, "visual")
-            _origin(visual, model.geom_pos[geom], model.geom_quat[geom])
-            ET.SubElement(ET.SubElement(visual, "geometry"), shape[0], **shape[1])
             rgba = model.mat_rgba[model.geom_matid[geom]] if model.geom_matid[geom] >= 0 \
                 else model.geom_rgba[geom]
-            key = " ".join(f"{float(v):.4g}" for v in rgba)
-            material = ET.SubElement(visual, "material",
-                                     name=materials.setdefault(key, f"color_{len(materials)}"))
-            ET.SubElement(material, "color", rgba=key)
+            colour = " ".join(f"{float(v):.4g}" for v in rgba)
+            if int(model.geom_type[geom]) == _MESH:
+                meshes.setdefault(colour, []).append(_triangles(model, geom))
+                continue
+            shape = _primitive(model, geom)
+            if shape is not None:
+                add_visual(*shape, colour, (model.geom_pos[geom], model.geom_quat[geom]))
+        for colour, parts in meshes.items():
+            data = _stl(np.concatenate(parts))
+            path = directory / "meshes" / \
+                f"{rename(name)}_{materials.setdefault(colour, f'color_{len(materials)}')}-" \
+                f"{hashlib.sha256(data).hexdigest()[:12]}.stl"
+            _atomic_write(path, data)
+            add_visual("mesh", {"filename": f"meshes/{path.name}"}, colour)
         if body != root:
             _joint(robot, model, body, rename, flip_joints, joint_kind, body_kind)
     for site, link in sites.items():
@@ -128,15 +153,10 @@ def write_urdf(model, robot_name: str, root_body: str, directory: Path, *,
     return path
 
 
-def _visual_shape(model, geom: int, directory: Path):
-    """(URDF geometry element, attributes) of a visual geom; None for shapes URDF lacks."""
+def _primitive(model, geom: int):
+    """(URDF geometry element, attributes) of a box, sphere or cylinder geom; None for the
+    shapes URDF lacks."""
     kind, size = int(model.geom_type[geom]), model.geom_size[geom]
-    if kind == _MESH:
-        data = _stl(model, model.geom_dataid[geom])
-        name = _name(model, mujoco.mjtObj.mjOBJ_MESH, model.geom_dataid[geom])
-        path = directory / "meshes" / f"{name}-{hashlib.sha256(data).hexdigest()[:12]}.stl"
-        _atomic_write(path, data)
-        return "mesh", {"filename": f"meshes/{path.name}"}
     if kind == _BOX:
         return "box", {"size": " ".join(f"{2 * float(v):.9g}" for v in size)}
     if kind == _SPHERE:

@@ -169,18 +169,31 @@ class FoxgloveClient:
     async def fetch_asset(self, uri: str, timeout: float) -> bytes:
         """The asset's bytes, as a 3D panel fetches a mesh; an error the server reports
         raises RuntimeError with its message."""
+        answer = (await self.fetch_assets([uri], timeout))[uri]
+        if isinstance(answer, Exception):
+            raise answer
+        return answer
+
+    async def fetch_assets(self, uris, timeout: float) -> dict:
+        """Every asset of ``uris`` asked for at once, as a browser's 3D panel asks for a
+        robot's meshes: uri -> its bytes, or the RuntimeError the server answered."""
         deadline = asyncio.get_running_loop().time() + timeout
         await self._receive_until(lambda: bool(self.server_info), deadline,
                                   lambda: f"no serverInfo within {timeout} s")
         if "assets" not in self.server_info.get("capabilities", []):
             raise RuntimeError("the server does not offer assets (capabilities "
                                f"{self.server_info.get('capabilities')})")
-        request = self._next_asset
-        self._next_asset += 1
-        await self.ws.send(json.dumps({"op": "fetchAsset", "uri": uri, "requestId": request}))
-        await self._receive_until(lambda: request in self._assets, deadline,
-                                  lambda: f"no answer for asset {uri} within {timeout} s")
-        return self._take(self._assets, request)
+        requests = {}
+        for uri in dict.fromkeys(uris):
+            requests[uri] = self._next_asset
+            self._next_asset += 1
+            await self.ws.send(json.dumps({"op": "fetchAsset", "uri": uri,
+                                           "requestId": requests[uri]}))
+        await self._receive_until(lambda: all(r in self._assets for r in requests.values()),
+                                  deadline,
+                                  lambda: f"no answer for some of {len(requests)} assets "
+                                          f"within {timeout} s")
+        return {uri: self._assets.pop(request) for uri, request in requests.items()}
 
     async def subscribe(self, topics) -> None:
         subs = []
