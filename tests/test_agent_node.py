@@ -69,6 +69,14 @@ def scripted_agent(robot, node_factory, tmp_path_factory):
                  planner="scripted", reset_episode=True)
 
 
+def _frame_count(path) -> int:
+    video = cv2.VideoCapture(str(path))
+    try:
+        return int(video.get(cv2.CAP_PROP_FRAME_COUNT))
+    finally:
+        video.release()
+
+
 @pytest.mark.slow
 def test_scripted_planner_reaches_native_success_through_run_task(scripted_agent):
     agent = scripted_agent
@@ -84,14 +92,25 @@ def test_scripted_planner_reaches_native_success_through_run_task(scripted_agent
     assert calls[:3] == ["observe", "get_object_poses", "move_to"] and calls[-1] == "finish"
     assert all("duration" in e for e in transcript["events"])
     assert json.loads((run_dir / "result.json").read_text())["task_success"] is True
-    video = cv2.VideoCapture(str(run_dir / "episode.mp4"))
-    frames = int(video.get(cv2.CAP_PROP_FRAME_COUNT))
-    video.release()
+    frames = _frame_count(run_dir / "episode.mp4")
     assert frames > 100, "one frame per executed control step"
+    # A clip of each motion (6 moves, 2 grips), in the order they ran, linked from the log.
+    clips = json.loads((run_dir / "result.json").read_text())["clips"]
+    motions = [c for c in calls if c in ("move_to", "gripper")]
+    assert [c.split("_", 1)[1] for c in clips] == [f"{m}.mp4" for m in motions], clips
+    counts = [_frame_count(run_dir / c) for c in clips]
+    assert all(counts) and sum(counts) <= frames, (counts, frames)
+    assert min(counts[i] for i, m in enumerate(motions) if m == "move_to") > 5, counts
+    results = [e for e in transcript["events"] if e["kind"] == "tool_result"
+               and e["tool"] in ("move_to", "gripper")]
+    assert [e["clip"] for e in results] == clips
     wait_until(lambda: any(e.kind == AgentEvent.KIND_FINISH for e in agent.events), 5,
                what="the finish event")
     kinds = {e.kind for e in agent.events}
     assert {AgentEvent.KIND_TOOL_CALL, AgentEvent.KIND_TOOL_RESULT} <= kinds
+    linked = [e.text.rsplit("[clip: ", 1)[1].rstrip("]") for e in agent.events
+              if e.kind == AgentEvent.KIND_TOOL_RESULT and "[clip: " in e.text]
+    assert linked == [str(run_dir / c) for c in clips]
     move = next(e for e in agent.events if e.kind == AgentEvent.KIND_TOOL_CALL
                 and e.tool_name == "move_to")
     assert set(json.loads(move.arguments_json)) >= {"x", "y", "z", "rpy"}

@@ -46,7 +46,7 @@ from .planners import PLANNERS, choose
 from .prompts import LANGUAGES, SYSTEM_PROMPT, contributed_prompt, language_prompt
 from .toolkit import CodeSettings, RunState, Timeouts, Toolkit
 from .transcript import Transcript
-from .video import EpisodeVideo
+from .video import CallClips, EpisodeVideo
 
 SUCCESS_SOURCE = {TaskStatus.SOURCE_NONE: "no verdict", TaskStatus.SOURCE_NATIVE: "native",
                   TaskStatus.SOURCE_OPERATOR: "operator"}
@@ -461,21 +461,31 @@ class AgentNode(Node):
             "robot": self.info.embodiment, "max_turns": max_turns, "max_episode_steps": max_steps})
         run = RunState(instruction, max_turns, max_steps)
         last = {"tool": ""}
+        video = EpisodeVideo(self.info.control_rate or 20.0) if self.video_enabled else None
+        clips = CallClips(video, run_dir / "clips") if video is not None else None
 
         def listener(kind, tool_name="", arguments=None, text="", ok=True, duration=0.0,
                      data=None, publish=True, **extra):
             args_json = json.dumps(arguments) if arguments is not None else ""
+            clip = None
+            if clips is not None and kind in ("tool_call", "tool_result") and \
+                    toolkit.moves(tool_name):
+                clip = clips.start(tool_name) if kind == "tool_call" else clips.end(tool_name)
+            if clip is not None:
+                extra["clip"] = str(clip.relative_to(run_dir))
             transcript.event(kind=kind, turn=run.turns, tool=tool_name, arguments=arguments,
                              text=text, ok=ok, duration=round(duration, 4), **extra)
             if kind == "tool_call":
                 last["tool"] = tool_name
             self._draw(kind, tool_name, arguments, data)
+            if clip is not None:
+                # Where to watch this motion, once the run has written its clips.
+                text = f"{text}\n[clip: {run_dir / extra['clip']}]"
             if kind == "turn":
                 feedback(run.turns, last["tool"], text)
             elif kind in EVENT_KIND and publish:
                 self._publish(run_id, run.turns, kind, tool_name, args_json, text, ok, duration)
 
-        video = EpisodeVideo(self.info.control_rate or 20.0) if self.video_enabled else None
         memory = MemoryDir(self._memory_folder(run_dir))
         task = self.observer.task()
         suite, task_id = (task.suite, int(task.task_id)) if task is not None else ("", -1)
@@ -548,6 +558,10 @@ class AgentNode(Node):
             from .planners.api import messages_json
             extra["messages"] = messages_json(self.planner.messages)
         if video is not None:
+            try:
+                outcome["clips"] = [str(p.relative_to(run_dir)) for p in clips.write()]
+            except Exception as err:  # noqa: BLE001 - lost clips must not lose the episode
+                outcome["clips_error"] = str(err)
             try:
                 path = video.write(run_dir / "episode.mp4")
                 outcome["video"] = str(path) if path else None

@@ -397,6 +397,10 @@ class Toolkit:
                       duration=duration, images=len(result.images), data=result.data)
         return result
 
+    def moves(self, name: str) -> bool:
+        """Whether the tool ``name`` moves the robot."""
+        return name in self._motion_tools
+
     def _refusal(self, name: str, tool: Optional[Tool]) -> Optional[ToolResult]:
         if self.run.finished is not None:
             return ToolResult(f"the run has already ended ({self.run.finished[0]}); no more "

@@ -1,4 +1,5 @@
-"""The episode video: all cameras side by side, as long as the run took.
+"""The episode video: all cameras side by side, as long as the run took; and a clip of each
+span the agent marks (a call of a tool that moves the robot).
 
 Frames come from the camera topics, placed in time by their stamps, so the time the planner
 spends thinking shows the scene held as it was. One thing is not wall time: each executed
@@ -11,7 +12,7 @@ from __future__ import annotations
 import math
 import threading
 from pathlib import Path
-from typing import Optional
+from typing import Optional, Sequence
 
 import cv2
 import numpy as np
@@ -73,16 +74,63 @@ class EpisodeVideo:
             axis=1)
 
     def __len__(self) -> int:
-        return len(self._frames)
+        with self._lock:
+            return len(self._frames)
+
+    def write_clips(self, clips: Sequence[tuple]) -> list:
+        """Write each of ``clips`` ((path, first frame, end frame): what :meth:`__len__` gave
+        at a span's start and at its end) as an MP4 of that span, before :meth:`write`
+        takes the frames. Returns the paths written: a span without frames has no clip."""
+        with self._lock:
+            spans = [(path, self._frames[first:end]) for path, first, end in clips]
+        return [p for p in (_write(path, frames, self.fps) for path, frames in spans)
+                if p is not None]
 
     def write(self, path) -> Optional[Path]:
         """Write an H.264 MP4 (plays in browsers); None when no frame was recorded."""
         with self._lock:
             frames, self._frames = self._frames, []
-        if not frames:
-            return None
-        h, w = frames[0].shape[:2]
-        # A camera may change size mid-run; the video keeps the first frame's size.
-        write_mp4(path, (f if f.shape[:2] == (h, w) else cv2.resize(f, (w, h)) for f in frames),
-                  self.fps)
-        return Path(path)
+        return _write(path, frames, self.fps)
+
+
+class CallClips:
+    """The spans of the run's tool calls that move the robot, in the episode video's frames:
+    each becomes ``<folder>/<n>_<tool>.mp4`` (n counts them from 001) when the run ends."""
+
+    def __init__(self, video: EpisodeVideo, folder: Path):
+        self._video, self._folder = video, Path(folder)
+        self._open: dict = {}  # tool -> [(clip path, first frame)], oldest first
+        self._spans: list = []
+        self._lock = threading.Lock()
+
+    def start(self, tool: str) -> None:
+        with self._lock:
+            number = len(self._spans) + sum(map(len, self._open.values())) + 1
+            self._open.setdefault(tool, []).append(
+                (self._folder / f"{number:03d}_{tool}.mp4", len(self._video)))
+
+    def end(self, tool: str) -> Optional[Path]:
+        """The clip of the call of ``tool`` that ended (the oldest of several at once)."""
+        with self._lock:
+            started = self._open.get(tool)
+            if not started:
+                return None
+            path, first = started.pop(0)
+            self._spans.append((path, first, len(self._video)))
+            return path
+
+    def write(self) -> list:
+        with self._lock:
+            spans = list(self._spans)
+        return self._video.write_clips(spans)
+
+
+def _write(path, frames: list, fps: float) -> Optional[Path]:
+    if not frames:
+        return None
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    h, w = frames[0].shape[:2]
+    # A camera may change size mid-run; the video keeps the first frame's size.
+    write_mp4(path, (f if f.shape[:2] == (h, w) else cv2.resize(f, (w, h)) for f in frames),
+              fps)
+    return Path(path)
