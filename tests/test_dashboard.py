@@ -170,7 +170,11 @@ def _check_log(lines, events):
     assert "finish" in lines[-1] and "done" in lines[-1], lines
 
 
-LATCHED = ["/task_status", "/agent/events", "/agent/log", "/agent/markers", "/rosout"]
+LATCHED = ["/task_status", "/agent/events", "/agent/log", "/agent/activity", "/agent/markers",
+           "/rosout"]
+# The run's timeline (the plan of the ``ran`` fixture): each call, then how it ended.
+TIMELINE = ["gripper", "gripper: ok", "gripper", "gripper: ok", "get_object_poses",
+            "get_object_poses: ok", "finish", "finish: ok", "finished: success"]
 
 
 def _history_complete(events):
@@ -179,6 +183,7 @@ def _history_complete(events):
         topics = [m.topic for m in messages]
         return (topics.count("/task_status") >= 1 and topics.count("/agent/events") >= len(events)
                 and topics.count("/agent/log") >= len(events) and "/agent/markers" in topics
+                and topics.count("/agent/activity") >= len(TIMELINE)
                 and any(m.topic == "/rosout" and b"bridging /task_status" in m.data
                         for m in messages))
     return complete
@@ -196,6 +201,7 @@ def _check_history(got, channels, events):
         [(s.episode_id, s.step) for s in statuses]
     assert [_summary(e) for e in by_topic["/agent/events"]] == events
     _check_log([m.msg for m in by_topic["/agent/log"]], events)
+    assert [m.data for m in by_topic["/agent/activity"]] == TIMELINE
     (markers,) = by_topic["/agent/markers"]
     assert {"alphabet_soup_1", "basket_1"} <= {m.text for m in markers.markers}
     # The nodes' log lines from before the viewer came (the Nodes tab): the bridge's own.

@@ -32,6 +32,7 @@ from rpent_contract.contributions import ContributionError
 from rpent_contract.processes import node_executable
 from rpent_contract.serving import action_server
 from rcl_interfaces.msg import Log
+from std_msgs.msg import String
 from rpent_interfaces.action import RunTask
 from rpent_interfaces.msg import AgentEvent, TaskStatus
 from rpent_interfaces.srv import StartRun
@@ -207,8 +208,10 @@ class AgentNode(Node):
             reliability=rclpy.qos.ReliabilityPolicy.RELIABLE,
             durability=rclpy.qos.DurabilityPolicy.TRANSIENT_LOCAL)
         self._events = self.create_publisher(AgentEvent, "~/events", history)
-        # The same events as readable lines, for viewers' log panels and bags.
+        # The same events as readable lines, for viewers' log panels and bags, and as the
+        # states of the run's timeline (each tool call a span, then its outcome).
         self._log = self.create_publisher(Log, "~/log", history)
+        self._activity = self.create_publisher(String, "~/activity", history)
         # The 3D scene of the run (target, found objects): each message is the whole scene.
         self._scene = SceneMarkers(self.info.base_frame)
         self._scene_lock = threading.Lock()  # tools may run on several threads (MCP)
@@ -599,6 +602,9 @@ class AgentNode(Node):
         msg.header.stamp = now.to_msg()
         self._events.publish(msg)
         self._log.publish(agentlog.log_line(now.nanoseconds, msg))
+        state = agentlog.activity(msg)
+        if state is not None:
+            self._activity.publish(String(data=state))
 
     def destroy_node(self):
         if hasattr(self.planner, "stop"):

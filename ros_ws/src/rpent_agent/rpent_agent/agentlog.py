@@ -1,7 +1,8 @@
 """The agent's events as readable log lines (rcl_interfaces/msg/Log, what a viewer's Log
-panel shows). The agent publishes them on ``agent/log`` beside ``agent/events``, so a
-viewer, the Foxglove bridge and any recorder (``ros2 bag record`` too) get them as they get
-any topic, and the one layout shows a live run and a bag alike."""
+panel shows), and as the states of a timeline (``agent/activity``: the tool being called,
+then how it ended). The agent publishes them beside ``agent/events``, so a viewer, the
+Foxglove bridge and any recorder (``ros2 bag record`` too) get them as they get any topic,
+and the one layout shows a live run and a bag alike."""
 from __future__ import annotations
 
 LOG_TYPE = "rcl_interfaces/msg/Log"
@@ -27,3 +28,18 @@ def log_line(stamp_ns: int, event):
     msg = Log(level=level, name="agent", msg=f"[turn {event.turn}] {label}: {body}")
     msg.stamp.sec, msg.stamp.nanosec = divmod(stamp_ns, 10**9)
     return msg
+
+
+def activity(event):
+    """What the run's timeline shows from ``event`` on: the tool while it is called, then
+    ``<tool>: ok`` or ``<tool>: failed`` until the next call, and ``finished: <status>`` at
+    the end; None for events that change nothing (reasoning)."""
+    if event.kind == 1:
+        return event.tool_name
+    if event.kind == 2:
+        return f"{event.tool_name}: {'ok' if event.ok else 'failed'}"
+    if event.kind == 3:
+        return f"finished: {event.text.split(':', 1)[0]}"
+    if event.kind == 4:
+        return "error"
+    return None

@@ -32,6 +32,7 @@ TRANSLATIONS = {
         "Joint positions (rad)": "关节位置 (rad)",
         "gripper width (m)": "夹爪宽度 (m)",
         "Action timeline": "动作时间线",
+        "agent's tool calls": "智能体的工具调用",
         "robot goal": "机器人目标",
         "robot mode": "机器人模式",
         "task success": "任务成功",
