@@ -34,7 +34,7 @@ pytestmark = pytest.mark.slow
 
 def rpent_task(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "rpent.cli", "task", *args],
-                          capture_output=True, text=True, timeout=60)
+                          capture_output=True, text=True, timeout=120)
 
 
 @pytest.fixture(scope="module")
@@ -141,3 +141,45 @@ def test_rpent_task_starts_and_cancels_a_run_from_a_shell(session):
     assert rpent_task("cancel").returncode == 1
     missing = rpent_task("--agent", "/nobody", "--timeout", "2", "cancel")
     assert missing.returncode == 1 and "no agent serves /nobody/cancel_run" in missing.stderr
+
+
+def test_a_viewer_runs_a_task_it_chooses_follows_it_and_resets_the_episode(session):
+    """The Start button's suite / task fields reset the robot to that task first, through
+    the robot's own checks; the run panel (agent/run_status) shows what runs and how it
+    ended; the Reset button resets the robot's episode (back to the session's task)."""
+    from rpent_interfaces.msg import AgentEvent
+
+    url, _, instruction = session
+    assert {"/reset"} <= {c["serviceName"] for p, c in LAYOUT["configById"].items()
+                          if p.startswith("CallService!")}
+    start = json.loads(LAYOUT["configById"]["CallService!start"]["requestPayload"])
+    assert {"suite", "task_id", "init_state_index"} <= set(start)
+
+    def panel(fox, messages) -> list:
+        decode = decoder_for(fox.by_topic("/agent/run_status"))
+        return [decode(m.data) for m in messages if m.topic == "/agent/run_status"]
+
+    async def viewer():
+        async with FoxgloveClient(url) as fox:
+            await fox.wait_for_topics(["/agent/run_status", "/agent/events"], 60)
+            await fox.subscribe(["/agent/run_status", "/agent/events"])
+            bad = await fox.call_service(START, {**start, "task_id": 999}, 90)
+            assert not bad["accepted"] and "the robot refused the task" in bad["message"], bad
+            reply = await fox.call_service(START, {**start, "task_id": 1,
+                                                   "init_state_index": 2}, 90)
+            assert reply["accepted"], reply
+            chosen = reply["message"].split("'")[1]
+            assert chosen and chosen != instruction, reply
+            running = await fox.collect(60, until=lambda ms: any(
+                s.state == "running" and s.tool == "run_policy" for s in panel(fox, ms)))
+            now = [s for s in panel(fox, running) if s.state == "running"][-1]
+            assert (now.instruction, now.task_id, now.tool) == (chosen, 1, "run_policy")
+            assert now.turn >= 1 and now.run_dir
+            assert (await fox.call_service(CANCEL, {}, 30))["success"]
+            ended = await fox.collect(60, until=lambda ms: _events(
+                fox, ms, AgentEvent.KIND_FINISH))
+            assert [s.state for s in panel(fox, ended)][-1] == "canceled"
+            back = await fox.call_service("/reset", {"task_id": 0}, 90)
+            assert back["success"] and back["instruction"] == instruction, back
+
+    asyncio.run(viewer())

@@ -34,7 +34,7 @@ from rpent_contract.serving import action_server
 from rcl_interfaces.msg import Log
 from std_msgs.msg import String
 from rpent_interfaces.action import RunTask
-from rpent_interfaces.msg import AgentEvent, TaskStatus
+from rpent_interfaces.msg import AgentEvent, RunStatus, TaskStatus
 from rpent_interfaces.srv import StartRun
 from std_srvs.srv import Trigger
 from visualization_msgs.msg import MarkerArray
@@ -212,6 +212,11 @@ class AgentNode(Node):
         # states of the run's timeline (each tool call a span, then its outcome).
         self._log = self.create_publisher(Log, "~/log", history)
         self._activity = self.create_publisher(String, "~/activity", history)
+        # What runs now (or how the last run ended), for a viewer's run panel.
+        self._run_status = self.create_publisher(RunStatus, "~/run_status", rclpy.qos.QoSProfile(
+            depth=1, reliability=rclpy.qos.ReliabilityPolicy.RELIABLE,
+            durability=rclpy.qos.DurabilityPolicy.TRANSIENT_LOCAL))
+        self._show_run(RunStatus(state="idle", task_id=-1))
         # The 3D scene of the run (target, found objects): each message is the whole scene.
         self._scene = SceneMarkers(self.info.base_frame)
         self._scene_lock = threading.Lock()  # tools may run on several threads (MCP)
@@ -325,15 +330,17 @@ class AgentNode(Node):
                        recipes=shown, **({"listener": listener} if listener else {}))
 
     # --- action server -------------------------------------------------------------------
-    def _refusal(self, instruction: str) -> Optional[str]:
-        """Why a run cannot start now, or None."""
+    def _busy(self) -> Optional[str]:
+        """Why no run can start now, or None."""
         if self._interrupted:
             return f"the agent is shutting down ({self._interrupted}); start it again"
         if self._run_lock.locked():
             return "a run is in progress; cancel it first"
-        if not instruction.strip():
-            return "the instruction is empty"
         return None
+
+    def _refusal(self, instruction: str) -> Optional[str]:
+        """Why a run of ``instruction`` cannot start now, or None."""
+        return self._busy() or (None if instruction.strip() else "the instruction is empty")
 
     def _on_goal(self, goal):
         why = self._refusal(goal.instruction)
@@ -350,13 +357,15 @@ class AgentNode(Node):
 
     # --- the same, as services (a viewer's buttons, `rpent task`) -------------------------
     def _on_start_run(self, request, response):
-        task = self.observer.task()
-        instruction = request.instruction.strip() or (task.instruction if task else "")
-        why = self._refusal(instruction) or (
+        why = self._busy() or (
             "max_turns must be >= 0 (0: the agent's own)" if request.max_turns < 0 else None)
         # Taken here, not in the run's thread: a second start must be refused, not queued.
         if why is None and not self._run_lock.acquire(blocking=False):
             why = "a run is in progress; cancel it first"
+        if why is None:
+            instruction, why = self._start_instruction(request)
+            if why:
+                self._run_lock.release()
         if why:
             self.get_logger().warn(f"start_run refused: {why}")
             response.accepted, response.message = False, why
@@ -371,6 +380,25 @@ class AgentNode(Node):
         threading.Thread(target=run, name="run", daemon=True).start()
         response.accepted, response.message = True, f"run started: '{instruction}'"
         return response
+
+    def _start_instruction(self, request) -> tuple:
+        """(instruction, why the run cannot start) of a start_run: a task it names is reset
+        to first, through the robot's own checks; no instruction: the task's."""
+        if request.suite or request.task_id >= 0 or request.init_state_index >= 0:
+            try:
+                reset = self.robot.reset(suite=request.suite, task_id=request.task_id,
+                                         init_state_index=request.init_state_index,
+                                         timeout=self.timeouts.service * 6)
+            except Exception as err:  # noqa: BLE001 - a robot that does not answer
+                return "", f"the robot did not reset to the task: {err}"
+            if not reset.success:
+                return "", f"the robot refused the task: {reset.message}"
+            task_instruction = reset.instruction
+        else:
+            task = self.observer.task()
+            task_instruction = task.instruction if task else ""
+        instruction = request.instruction.strip() or task_instruction
+        return instruction, None if instruction else "the instruction is empty"
 
     def _on_cancel_run(self, _request, response):
         # A run just started has its toolkit a moment later.
@@ -480,6 +508,10 @@ class AgentNode(Node):
                              text=text, ok=ok, duration=round(duration, 4), **extra)
             if kind == "tool_call":
                 last["tool"] = tool_name
+            if kind in ("turn", "tool_call", "tool_result"):
+                panel.turn, panel.tool_calls = run.turns, run.tool_calls
+                panel.tool = tool_name if kind == "tool_call" else ""
+                self._show_run(panel)
             self._draw(kind, tool_name, arguments, data)
             if clip is not None:
                 # Where to watch this motion, once the run has written its clips.
@@ -497,6 +529,10 @@ class AgentNode(Node):
             self.get_logger().warning(f"memory folder {memory.root}: {line}")
         shown = recipes.best(known, instruction, suite, task_id)
         toolkit = self._new_toolkit(run, memory, listener, run_dir, shown)
+        panel = RunStatus(run_id=run_id, instruction=instruction, state="running",
+                          max_turns=max_turns, suite=suite, task_id=task_id,
+                          run_dir=str(run_dir))
+        self._show_run(panel)
         self.get_logger().info(f"run {run_id}: '{instruction}' ({run_dir})")
         with self._scene_lock:
             self._markers.publish(self._scene.clear(self.get_clock().now().to_msg()))
@@ -574,10 +610,17 @@ class AgentNode(Node):
                 outcome["video_error"] = str(err)
         transcript.finish(outcome, extra)
         (run_dir / "result.json").write_text(json.dumps(outcome, indent=1))
+        panel.state, panel.tool = status, ""
+        panel.turn, panel.tool_calls = run.turns, run.tool_calls
+        self._show_run(panel)
         self.get_logger().info(f"run {run_id} ended: {status} ({summary}); task success "
                                f"{task_success}; {run.turns} turns")
         return result, lambda: self._publish(run_id, run.turns, "finish", "", "", finish_text,
                                              finish_ok, 0.0)
+
+    def _show_run(self, panel: RunStatus) -> None:
+        panel.header.stamp = self.get_clock().now().to_msg()
+        self._run_status.publish(panel)
 
     def _draw(self, kind, tool_name, arguments, data) -> None:
         if tool_name not in ("move_to", "locate", "get_object_poses"):

@@ -27,7 +27,7 @@ DEFAULT_TOPICS = [
     "joint_states", "ee_pose", "robot_state", "task_status", "executed_actions",
     "camera/*/image_raw", "camera/*/camera_info",
     "*predict/_action/feedback", "*predicted/*", "agent/events", "agent/log", "agent/activity",
-    "agent/markers", "operator/requests",
+    "agent/run_status", "agent/markers", "operator/requests",
     # What the policy sees (its inputs as it gets them) and where each chunk takes the hand.
     "*policy_input/*", "intended_path",
     # A simulator's objects and table, for a viewer's 3D panel.

@@ -30,7 +30,7 @@ from rpent_contract.client import wait_future
 from rpent_contract.http_json import is_loopback
 from rpent_contract.node_main import run_node
 from rpent_contract.images import image_to_numpy, rgb_to_compressed, to_rgb
-from rpent_contract.names import ANSWER_SERVICE
+from rpent_contract.names import ANSWER_SERVICE, RESET_SERVICE
 from rpent_contract.params import ParameterError, declare, non_negative, positive
 from rpent_foxglove.bridge import ASSET_PACKAGE, FoxgloveBridge
 from rpent_foxglove.json_message import from_json, json_schema, to_json
@@ -89,11 +89,14 @@ class BridgeNode(Node):
                     "subscriber")
         limits = d("rate_limits", [""], "Per-topic 'pattern:max_hz' entries; unmatched = no limit",
                    lambda v: _rate_limits([x for x in v if x]))
-        services = d("services", [ANSWER_SERVICE, "agent/start_run", "agent/cancel_run"],
+        services = d("services", [ANSWER_SERVICE, "agent/start_run", "agent/cancel_run",
+                                  RESET_SERVICE],
                      "Services a viewer may call (Call Service panel): names or glob "
                      "patterns, relative to the namespace")
-        self._service_timeout = d("service_timeout", 10.0,
-                                  "s a viewer's service call waits for the ROS service", positive)
+        self._service_timeout = d("service_timeout", 60.0,
+                                  "s a viewer's service call waits for the ROS service (a "
+                                  "start that switches the robot's task waits for its reset)",
+                                  positive)
         jpeg = d("jpeg_topics", [""], "Image topics sent as JPEG CompressedImage on <topic>/compressed")
         self._jpeg_quality = d("jpeg_quality", 80, "JPEG quality 1-100",
                                lambda v: None if 1 <= v <= 100 else "must be in [1, 100]")
@@ -104,8 +107,10 @@ class BridgeNode(Node):
         self._latched_history = d(
             "latched_history", 1000, "Messages of each latched topic (agent/events, "
             "agent/log) kept for viewers that connect later", positive)
-        newest = d("latched_newest", ["task_status"], "Latched topics that carry a state, not "
-                   "a log: viewers that connect later get only the newest message")
+        newest = d("latched_newest", ["task_status", "agent/run_status", "agent/markers",
+                                      "sim/scene_markers", "operator/requests"],
+                   "Latched topics that carry a state, not a log: viewers that connect later "
+                   "get only the newest message")
         period = d("discovery_period", 0.5, "s between looks for new allowed topics", positive)
         stats_period = d("stats_period", 10.0, "s between statistics lines; 0 = never",
                          non_negative)

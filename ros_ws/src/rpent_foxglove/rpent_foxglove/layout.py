@@ -45,6 +45,10 @@ TRANSLATIONS = {
         "A run of a serving agent (serve:=true); empty instruction: the robot's task":
             "由常驻智能体执行一次运行（serve:=true）；指令为空时执行机器人当前的任务",
         "Cancel the run": "取消运行",
+        "Reset the episode": "重置回合",
+        "The robot's reset: a new episode of its task (a simulator puts the scene back); "
+        "refused with the reason while it cannot":
+            "机器人的重置：开始其任务的新回合（仿真器会复原场景）；无法重置时会说明原因并拒绝",
         "End the run in progress; the robot stops, the run's files are written":
             "结束正在进行的运行；机器人停止，运行的文件照常写出",
         "Yes: achieved / put back": "是：已完成 / 已复原",
