@@ -112,7 +112,7 @@ def test_libero_run_recording_survives_robot_crash_and_sigint(rclpy_context, nod
                 "/camera/agentview/image_raw", "/camera/agentview/camera_info",
                 "/camera/robot0_eye_in_hand/image_raw", "/camera/robot0_eye_in_hand/camera_info",
                 "/agent/events", "/agent/log", "/agent/markers", "/predict/_action/feedback",
-                "/operator/requests", "/sim/scene_markers"}
+                "/operator/requests", "/sim/scene_markers", "/sim/tasks"}
     # The robot model and its frames, so a viewer draws the arm from the bag alone, and
     # the nodes' log lines.
     expected |= {"/robot_description", "/tf", "/tf_static", "/rosout"}

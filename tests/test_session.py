@@ -155,21 +155,27 @@ def test_a_viewer_runs_a_task_it_chooses_follows_it_and_resets_the_episode(sessi
     start = json.loads(LAYOUT["configById"]["CallService!start"]["requestPayload"])
     assert {"suite", "task_id", "init_state_index"} <= set(start)
 
-    def panel(fox, messages) -> list:
-        decode = decoder_for(fox.by_topic("/agent/run_status"))
-        return [decode(m.data) for m in messages if m.topic == "/agent/run_status"]
+    def panel(fox, messages, topic="/agent/run_status") -> list:
+        decode = decoder_for(fox.by_topic(topic))
+        return [decode(m.data) for m in messages if m.topic == topic]
 
     async def viewer():
         async with FoxgloveClient(url) as fox:
-            await fox.wait_for_topics(["/agent/run_status", "/agent/events"], 60)
-            await fox.subscribe(["/agent/run_status", "/agent/events"])
+            await fox.wait_for_topics(["/agent/run_status", "/agent/events", "/sim/tasks"], 60)
+            await fox.subscribe(["/agent/run_status", "/agent/events", "/sim/tasks"])
+            # The tasks to choose from (latched): the session's suite, its task 0 running.
+            got = await fox.collect(30, until=lambda ms: panel(fox, ms, "/sim/tasks"))
+            (tasks,) = panel(fox, got, "/sim/tasks")
+            assert tasks.suite == "libero_object" and tasks.suite in tasks.suites
+            assert len(tasks.instructions) == len(tasks.init_states) == 10
+            assert tasks.instructions[0] == instruction and min(tasks.init_states) > 2
             bad = await fox.call_service(START, {**start, "task_id": 999}, 90)
             assert not bad["accepted"] and "the robot refused the task" in bad["message"], bad
             reply = await fox.call_service(START, {**start, "task_id": 1,
                                                    "init_state_index": 2}, 90)
             assert reply["accepted"], reply
             chosen = reply["message"].split("'")[1]
-            assert chosen and chosen != instruction, reply
+            assert chosen == tasks.instructions[1] != instruction, reply
             running = await fox.collect(60, until=lambda ms: any(
                 s.state == "running" and s.tool == "run_policy" for s in panel(fox, ms)))
             now = [s for s in panel(fox, running) if s.state == "running"][-1]

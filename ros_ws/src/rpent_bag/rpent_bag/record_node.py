@@ -30,8 +30,8 @@ DEFAULT_TOPICS = [
     "agent/run_status", "agent/markers", "operator/requests",
     # What the policy sees (its inputs as it gets them) and where each chunk takes the hand.
     "*policy_input/*", "intended_path",
-    # A simulator's objects and table, for a viewer's 3D panel.
-    "sim/scene_markers",
+    # A simulator's objects and table, for a viewer's 3D panel, and the tasks it offers.
+    "sim/scene_markers", "sim/tasks",
     # The robot model and its frames, so a viewer opening the bag draws the arm moving.
     "robot_description", "/tf", "/tf_static",
     # Every node's log lines (the robot's "waiting for the operator" among them).

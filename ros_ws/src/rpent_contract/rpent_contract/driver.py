@@ -262,6 +262,11 @@ class RobotDriver(ABC):
         """Sim only: name -> (position, quaternion xyzw) in the base frame."""
         raise NotImplementedError("this robot has no privileged object poses (real hardware)")
 
+    def task_list(self) -> tuple:
+        """Sim only: (the suite it runs, [(instruction, recorded initial states)] by task
+        id, [the suites a reset can switch to])."""
+        raise NotImplementedError("this robot has no task list (real hardware)")
+
     def scene_objects(self) -> dict:
         """Sim only, for viewers: name -> (position, quaternion xyzw, centre, half sizes):
         each object's pose in the base frame and the box it fills, axis-aligned in its own

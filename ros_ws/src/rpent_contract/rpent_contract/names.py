@@ -36,6 +36,8 @@ OBJECT_POSES_SERVICE = "sim/get_object_poses"
 SEGMENT_SERVICE = "sim/segment"
 # Published by simulated robots, for viewers: the scene's objects and table as labelled boxes.
 SCENE_MARKERS_TOPIC = "sim/scene_markers"
+# ... and the tasks a reset can choose from (rpent_interfaces/TaskList, latched).
+TASKS_TOPIC = "sim/tasks"
 # Served and published by real arms (rpent_hw): an operator approves the pending motion.
 APPROVE_SERVICE = "safety/approve"
 PENDING_TOPIC = "safety/pending"

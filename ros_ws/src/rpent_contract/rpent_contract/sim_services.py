@@ -1,8 +1,8 @@
 """What only a simulator can answer: ``sim/get_object_poses`` (where every object is) and
 ``sim/segment`` (masks from the renderer's segmentation), which a driver lists in
 ``RobotDescription.sim_services`` (privileged runs only for the poses); and, for viewers,
-``sim/scene_markers``: the scene's objects and table as labelled boxes. A real robot has
-none of them.
+``sim/scene_markers`` (the scene's objects and table as labelled boxes) and ``sim/tasks``
+(the tasks a reset can choose from). A real robot has none of them.
 
 The scene markers are the simulator's truth whatever ``privileged`` says: they are drawn
 for the people watching, and no tool of the agent reads them.
@@ -15,12 +15,19 @@ from rclpy.callback_groups import ReentrantCallbackGroup
 from std_msgs.msg import ColorRGBA, Header
 from visualization_msgs.msg import Marker, MarkerArray
 
+from rpent_interfaces.msg import TaskList
 from rpent_interfaces.srv import GetObjectPoses, Segment
 
 from .driver import RobotDescription, RobotDriver
 from .geometry import pose_to_msg, quaternion_to_matrix
 from .markers import label, marker, wipe
-from .names import OBJECT_POSES_SERVICE, SCENE_MARKERS_TOPIC, SEGMENT_SERVICE, optical_frame
+from .names import (
+    OBJECT_POSES_SERVICE,
+    SCENE_MARKERS_TOPIC,
+    SEGMENT_SERVICE,
+    TASKS_TOPIC,
+    optical_frame,
+)
 from .perception import fill_segment_response
 from .qos import LATCHED_QOS
 from .serving import service
@@ -50,6 +57,29 @@ class SimServices:
         self._scene_drawn = None  # name -> pose vector of the scene last published
         self._scene_timer = node.create_timer(SCENE_PERIOD_S, self._show_scene,
                                               callback_group=group)
+        self._tasks_pub = node.create_publisher(TaskList, TASKS_TOPIC, LATCHED_QOS)
+        self._tasks_suite = None  # the suite whose tasks were published last
+        self._tasks_timer = node.create_timer(SCENE_PERIOD_S, self._show_tasks,
+                                              callback_group=group)
+
+    def _show_tasks(self) -> None:
+        """Publish the tasks a reset can choose from, again whenever the suite changed."""
+        try:
+            suite, tasks, suites = self._driver.task_list()
+        except NotImplementedError:
+            self._node.destroy_timer(self._tasks_timer)
+            return
+        except Exception as err:  # a simulator switching suites: try again at the next look
+            self._node.get_logger().warning(f"no task list for viewers this time: {err}",
+                                            throttle_duration_sec=30.0)
+            return
+        if suite == self._tasks_suite:
+            return
+        msg = TaskList(suite=suite, instructions=[i for i, _ in tasks],
+                       init_states=[int(n) for _, n in tasks], suites=list(suites))
+        msg.header.stamp = self._node.get_clock().now().to_msg()
+        self._tasks_pub.publish(msg)
+        self._tasks_suite = suite
 
     def _show_scene(self) -> None:
         """Publish the scene while someone watches, whenever it has changed (latched: a

@@ -11,6 +11,7 @@ when a motion steps it: an idle or stopped robot holds still by construction.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import os
 import threading
 import time
@@ -45,7 +46,7 @@ from .cartesian_controller import (
     move_to as osc_move_to,
     pose_error,
 )
-from .libero_sim import RENDER_QUALITIES, LiberoSim, SimObservation, panda_urdf
+from .libero_sim import RENDER_QUALITIES, LiberoSim, SimObservation, panda_urdf, suite_tasks
 
 GRIPPER_OPEN, GRIPPER_CLOSE, GRIPPER_HOLD = -1.0, 1.0, 0.0
 # Franka hand: fingers travel 0.04 m each.
@@ -69,6 +70,15 @@ LIBERO_OSC_DELTA = ControlSpaceSpec(
         "[-1, 1] and scaled by step_scale (m, rad) per control step, in the base frame; "
         "gripper -1 opens, +1 closes, 0 keeps the current command."),
 )
+
+
+@functools.lru_cache(maxsize=None)
+def _task_list(suite: str) -> tuple:
+    """``suite``, (instruction, recorded initial states) of each of its tasks by task id,
+    and the suites a reset can switch to: read once per suite, from the benchmark's files
+    (the instructions their episodes give)."""
+    return (suite, [(task.instruction, task.n_init_states) for task in suite_tasks(suite)],
+            LiberoSim.available_suites(ready_only=True))
 
 
 class LiberoDriver(RobotDriver):
@@ -298,6 +308,9 @@ class LiberoDriver(RobotDriver):
 
     def scene_objects(self) -> dict:
         return self._call(self._sim.scene_objects)
+
+    def task_list(self) -> tuple:
+        return _task_list(self._sim.suite)
 
     def close(self) -> None:
         try:

@@ -148,7 +148,7 @@ def _task_resource_problems(bench, task_id: int) -> list[str]:
 
     _, get_libero_path, _ = _import_libero()
     task = bench.get_task(task_id)
-    bddl = Path(get_libero_path("bddl_files")) / task.problem_folder / task.bddl_file
+    bddl = _bddl_path(task)
     states = (
         Path(get_libero_path("init_states"))
         / task.problem_folder
@@ -162,6 +162,20 @@ def _task_resource_problems(bench, task_id: int) -> list[str]:
     if bddl.is_file():
         problems.extend(f"asset {path}" for path in missing_custom_assets(bddl))
     return problems
+
+
+def _bddl_path(task) -> Path:
+    _, get_libero_path, _ = _import_libero()
+    return Path(get_libero_path("bddl_files")) / task.problem_folder / task.bddl_file
+
+
+def _bddl_instruction(task) -> str:
+    """The instruction a task's episode gives (its bddl's language, as LIBERO's environment
+    reads it), which LIBERO-PRO's language perturbations change and the task's name does
+    not."""
+    from libero.libero.envs.bddl_utils import robosuite_parse_problem
+
+    return " ".join(robosuite_parse_problem(str(_bddl_path(task)))["language_instruction"])
 
 
 def _suite_is_complete(suite: str) -> bool:
@@ -179,6 +193,7 @@ class SuiteTask:
     language: str
     n_init_states: int
     problems: tuple = ()  # files the installed benchmark lacks; empty when runnable
+    instruction: str = ""  # what its episodes ask (the bddl's); the name's language if none
 
 
 def suite_tasks(suite: str) -> list[SuiteTask]:
@@ -196,7 +211,8 @@ def suite_tasks(suite: str) -> list[SuiteTask]:
         task = bench.get_task(task_id)
         problems = tuple(_task_resource_problems(bench, task_id))
         n_states = 0 if problems else len(bench.get_task_init_states(task_id))
-        tasks.append(SuiteTask(suite, task_id, task.name, task.language, n_states, problems))
+        tasks.append(SuiteTask(suite, task_id, task.name, task.language, n_states, problems,
+                               task.language if problems else _bddl_instruction(task)))
     return tasks
 
 
@@ -538,12 +554,12 @@ class LiberoSim:
         return index
 
     def _load_task(self, task_id: int) -> None:
-        _, get_libero_path, OffScreenRenderEnv = _import_libero()
+        _, _, OffScreenRenderEnv = _import_libero()
         init_states = self._task_init_states(task_id)
         task = self._bench.get_task(task_id)
 
         self.close()
-        bddl = Path(get_libero_path("bddl_files")) / task.problem_folder / task.bddl_file
+        bddl = _bddl_path(task)
         # use_camera_obs=False: robosuite would render every camera on every step;
         # we render on demand in observe(). hard_reset=False keeps one model and one
         # EGL context per task instead of rebuilding both on every reset.
