@@ -55,26 +55,37 @@ class SimServices:
             service(node, Segment, SEGMENT_SERVICE, self._segment, callback_group=group)
         self._scene_pub = node.create_publisher(MarkerArray, SCENE_MARKERS_TOPIC, LATCHED_QOS)
         self._scene_drawn = None  # name -> pose vector of the scene last published
-        self._scene_timer = node.create_timer(SCENE_PERIOD_S, self._show_scene,
-                                              callback_group=group)
         self._tasks_pub = node.create_publisher(TaskList, TASKS_TOPIC, LATCHED_QOS)
         self._tasks_suite = None  # the suite whose tasks were published last
-        self._tasks_timer = node.create_timer(SCENE_PERIOD_S, self._show_tasks,
-                                              callback_group=group)
+        self._lacks: set = set()  # what the driver has not got, not asked again
+        node.create_timer(SCENE_PERIOD_S, self._look, callback_group=group)
+
+    def _look(self) -> None:
+        """What viewers see of the simulator, each published again when it changed."""
+        self._show_tasks()
+        if self._scene_pub.get_subscription_count():
+            self._show_scene()
+
+    def _ask(self, what: str, call):
+        """The driver's answer for viewers; None when it has none (then never asked again)
+        or cannot give it now (a simulator switching tasks: asked at the next look)."""
+        if what in self._lacks:
+            return None
+        try:
+            return call()
+        except NotImplementedError:
+            self._lacks.add(what)
+        except Exception as err:  # noqa: BLE001 - viewers wait; the robot goes on
+            self._node.get_logger().warning(f"no {what} for viewers this time: {err}",
+                                            throttle_duration_sec=30.0)
+        return None
 
     def _show_tasks(self) -> None:
-        """Publish the tasks a reset can choose from, again whenever the suite changed."""
-        try:
-            suite, tasks, suites = self._driver.task_list()
-        except NotImplementedError:
-            self._node.destroy_timer(self._tasks_timer)
+        """The tasks a reset can choose from, again whenever the suite changed."""
+        answer = self._ask("task list", self._driver.task_list)
+        if answer is None or answer[0] == self._tasks_suite:
             return
-        except Exception as err:  # a simulator switching suites: try again at the next look
-            self._node.get_logger().warning(f"no task list for viewers this time: {err}",
-                                            throttle_duration_sec=30.0)
-            return
-        if suite == self._tasks_suite:
-            return
+        suite, tasks, suites = answer
         msg = TaskList(suite=suite, instructions=[i for i, _ in tasks],
                        init_states=[int(n) for _, n in tasks], suites=list(suites))
         msg.header.stamp = self._node.get_clock().now().to_msg()
@@ -82,18 +93,10 @@ class SimServices:
         self._tasks_suite = suite
 
     def _show_scene(self) -> None:
-        """Publish the scene while someone watches, whenever it has changed (latched: a
-        viewer that comes later gets the newest at once)."""
-        if self._scene_pub.get_subscription_count() == 0:
-            return
-        try:
-            scene = self._driver.scene_objects()
-        except NotImplementedError:
-            self._node.destroy_timer(self._scene_timer)
-            return
-        except Exception as err:  # a simulator between episodes: try again at the next look
-            self._node.get_logger().warning(f"no scene for viewers this time: {err}",
-                                            throttle_duration_sec=30.0)
+        """The scene, whenever it has changed (latched: a viewer that comes later gets the
+        newest at once)."""
+        scene = self._ask("scene", self._driver.scene_objects)
+        if scene is None:
             return
         poses = {name: np.r_[position, quat] for name, (position, quat, *_) in scene.items()}
         drawn = self._scene_drawn
