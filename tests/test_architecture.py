@@ -45,7 +45,7 @@ PLAIN_CORES = (
     "rpent_am.backends.scripted", "rpent_am.backends.rpent_http", "rpent_am.rpc_backend",
     "rpent_perception.geometry", "rpent_perception.backends",
     "rpent_bag.recorder", "rpent_bag.definitions", "rpent_bag.latency", "rpent_bag.video",
-    "rpent_bag.recover", "rpent_bag.check",
+    "rpent_bag.recover", "rpent_bag.check", "rpent_bag.embed",
     "rpent_agent.code_policy", "rpent_agent.code_sandbox", "rpent_agent.memory",
     "rpent_agent.recipes", "rpent_agent.prompts", "rpent_agent.skills",
     "rpent_agent.transcript", "rpent_agent.planners.api",

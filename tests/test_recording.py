@@ -57,6 +57,12 @@ def test_libero_run_recording_survives_robot_crash_and_sigint(rclpy_context, nod
     from rpent_agent import agentlog
 
     node = rclpy.create_node("rec_sources")
+    from std_msgs.msg import String
+
+    from rpent_contract.qos import LATCHED_QOS
+    descriptions = []
+    node.create_subscription(String, "robot_description", lambda m: descriptions.append(m.data),
+                             LATCHED_QOS)
     events = node.create_publisher(AgentEvent, "agent/events", 10)
     log = node.create_publisher(Log, "agent/log", 10)   # what the agent publishes with each
     feedback = node.create_publisher(Predict.Impl.FeedbackMessage, "predict/_action/feedback", 10)
@@ -66,6 +72,8 @@ def test_libero_run_recording_survives_robot_crash_and_sigint(rclpy_context, nod
     from rpent_agent.markers import SceneMarkers
     markers = node.create_publisher(MarkerArray, "agent/markers", 10)
     try:
+        wait_until(lambda: rclpy.spin_once(node, timeout_sec=0.1) or descriptions, 60,
+                   what="the robot's robot_description")
         for topic in ("/robot_state", "/camera/agentview/image_raw", "/task_status",
                       "/agent/events", "/agent/log", "/agent/markers",
                       "/predict/_action/feedback"):
@@ -150,6 +158,8 @@ def test_libero_run_recording_survives_robot_crash_and_sigint(rclpy_context, nod
             seen[conn.topic] = seen.get(conn.topic, 0) + 1
             if conn.topic in stamps:
                 stamps[conn.topic].append((msg.header.stamp.sec, msg.header.stamp.nanosec))
+            if conn.topic == "/robot_description":
+                _assert_meshes_embedded(msg.data, descriptions[0])
             if conn.topic == "/predict/_action/feedback":
                 assert conn.msgtype == "rpent_interfaces/action/Predict_FeedbackMessage"
                 assert msg.feedback.chunk.control_space == "libero_osc_delta"
@@ -361,3 +371,20 @@ def test_every_action_feedback_and_result_has_a_definition_a_reader_can_build(ac
         text = definitions.full_text(name)
         assert "/#" not in text, text
         definitions.typestore_for({name: text})
+
+
+
+def _assert_meshes_embedded(urdf: str, published: str) -> None:
+    """A bag's description draws the arm without the recording machine: each mesh the
+    robot published as a file:// URI is a data: URI of that file's bytes."""
+    import base64
+    import re
+    from urllib.parse import unquote, urlsplit
+
+    meshes = re.findall(r'filename="([^"]+)"', urdf)
+    files = re.findall(r'filename="([^"]+)"', published)
+    assert len(meshes) == len(files) >= 10 and all(f.startswith("file://") for f in files)
+    for uri, embedded in zip(files, meshes):
+        media, sep, data = embedded.removeprefix("data:").partition(";base64,")
+        assert (embedded.startswith("data:"), media, sep) == (True, "model/stl", ";base64,")
+        assert base64.b64decode(data) == Path(unquote(urlsplit(uri).path)).read_bytes(), uri

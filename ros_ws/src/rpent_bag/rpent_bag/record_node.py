@@ -2,7 +2,9 @@
 rosbag2 (MCAP) bag, used where ``ros2 bag record`` is not installed.
 
 Topics are found by name pattern as they appear on the graph (a robot started later is
-still recorded) and subscribed serialized, so nothing is deserialized on the way to disk.
+still recorded) and subscribed serialized, so nothing is deserialized on the way to disk,
+but for a robot description: its local meshes go into it (``embed_meshes``), so a viewer
+draws the arm from the bag alone, on any machine (rpent_bag.embed).
 SIGINT, SIGTERM and SIGHUP all end with a closed bag: summary, index and metadata.yaml
 written, after the messages already delivered are taken (:meth:`RecorderNode.drain`). Other
 nodes crashing only stops their topics.
@@ -17,9 +19,12 @@ from pathlib import Path
 import rclpy
 from rclpy.executors import SingleThreadedExecutor
 from rclpy.node import Node
+from rclpy.serialization import deserialize_message, serialize_message
 from rclpy.signals import SignalHandlerOptions
+from std_msgs.msg import String
 
 from rpent_bag import definitions, graph
+from rpent_bag.embed import embed_meshes, is_description
 from rpent_bag.recorder import BagRecorder, StampThinning
 from rpent_contract.params import ParameterError, declare, non_negative, positive
 
@@ -58,6 +63,10 @@ class RecorderNode(Node):
         image_rate = d("image_rate", 0.0,
                        "Images (sensor_msgs/msg/Image) kept per second of their stamps, at "
                        "the same instants on every camera; 0 = every image", non_negative)
+        self._embed = d("embed_meshes", True,
+                        "Put the local meshes a robot_description names into it (data: "
+                        "URIs), so the bag shows the arm in a browser viewer anywhere; "
+                        "false: record the description as published")
         bag_path = d("bag_path", "", "Bag directory to create; empty = runs/<time>/bag")
         queue_size = d("queue_size", 2000, "Messages buffered between DDS and the disk",
                        positive)
@@ -101,6 +110,8 @@ class RecorderNode(Node):
             write = self._write
             if self._thinning is not None and type_name == IMAGE_TYPE:
                 write = self._write_thinned
+            elif self._embed and is_description(topic, type_name):
+                write = self._write_description
             self._subs[topic] = self.create_subscription(
                 cls, topic, lambda data, t=topic, w=write: w(t, data), qos, raw=True)
             self.get_logger().info(f"recording {topic} [{type_name}]")
@@ -114,6 +125,11 @@ class RecorderNode(Node):
             self._write(topic, data)
         else:
             self._last_message = time.monotonic()
+
+    def _write_description(self, topic: str, data: bytes) -> None:
+        urdf = deserialize_message(data, String).data
+        warn = lambda text: self.get_logger().warning(f"{topic}: {text}")  # noqa: E731
+        self._write(topic, serialize_message(String(data=embed_meshes(urdf, warn))))
 
     def drain(self, executor) -> None:
         """Take the messages DDS delivered before the stop: spin until none came for

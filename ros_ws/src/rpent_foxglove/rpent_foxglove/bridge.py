@@ -32,7 +32,6 @@ from __future__ import annotations
 import html
 import json
 import os
-import re
 import sys
 import threading
 import time
@@ -46,6 +45,7 @@ from foxglove import MessageSchema, Schema, Service, ServiceSchema
 from foxglove.websocket import Capability, ServerListener
 
 from rpent_bag.dropqueue import DropOldestQueue
+from rpent_bag.embed import FILE_URI, local_path
 
 try:
     from ament_index_python.packages import get_package_share_directory
@@ -61,7 +61,6 @@ ASSET_EXTENSIONS = frozenset({
     ".png", ".jpg", ".jpeg", ".tga", ".bmp", ".tif", ".tiff", ".webp"})
 # A viewer may also load a URDF itself from a package (3D panel: Add URDF, package:// URL).
 PACKAGE_EXTENSIONS = ASSET_EXTENSIONS | {".urdf"}
-_FILE_URI = re.compile(r"""(\bfilename\s*=\s*)(["'])(file://[^"']*)\2""")
 _MAX_LOGGED = 1000
 
 
@@ -72,13 +71,6 @@ class AssetError(Exception):
 def asset_uri(path: str) -> str:
     """The URI a viewer fetches the local file ``path`` (absolute) with."""
     return f"package://{ASSET_PACKAGE}{quote(path)}"
-
-
-def _local_path(uri: str) -> Optional[str]:
-    parts = urlsplit(uri)
-    if parts.netloc not in ("", "localhost") or not parts.path.startswith("/"):
-        return None   # another machine's file: nothing this bridge could serve
-    return unquote(parts.path)
 
 
 def _within(path: str, directory: str) -> bool:
@@ -116,14 +108,14 @@ class MeshAssets:
         named = []
 
         def swap(match) -> str:
-            path = _local_path(html.unescape(match.group(3)))
+            path = local_path(html.unescape(match.group(3)))
             if path is None:
                 return match.group(0)
             named.append(path)
             quote_char = match.group(2)
             return f"{match.group(1)}{quote_char}{asset_uri(path)}{quote_char}"
 
-        text = _FILE_URI.sub(swap, urdf)
+        text = FILE_URI.sub(swap, urdf)
         with self._lock:
             for path in named:
                 real = os.path.realpath(path)

@@ -25,6 +25,7 @@ from rclpy.qos import DurabilityPolicy
 from rclpy.serialization import deserialize_message, serialize_message
 
 from rpent_bag import definitions, graph
+from rpent_bag.embed import is_description
 from rpent_bag.record_node import DEFAULT_EXCLUDE, DEFAULT_TOPICS
 from rpent_contract.client import wait_future
 from rpent_contract.http_json import is_loopback
@@ -34,13 +35,6 @@ from rpent_contract.names import ANSWER_SERVICE, RESET_SERVICE
 from rpent_contract.params import ParameterError, declare, non_negative, positive
 from rpent_foxglove.bridge import ASSET_PACKAGE, FoxgloveBridge
 from rpent_foxglove.json_message import from_json, json_schema, to_json
-
-
-DESCRIPTION_TYPE = "std_msgs/msg/String"
-
-
-def _is_description(topic: str, type_name: str) -> bool:
-    return type_name == DESCRIPTION_TYPE and topic.rsplit("/", 1)[-1] == "robot_description"
 
 
 def _rate_limits(value):
@@ -176,7 +170,7 @@ class BridgeNode(Node):
                 cls = definitions.message_class(type_name)
                 jpeg = (type_name == "sensor_msgs/msg/Image"
                         and any(fnmatch.fnmatchcase(topic, p) for p in self._jpeg))
-                description = _is_description(topic, type_name)
+                description = is_description(topic, type_name)
                 if jpeg:
                     self.bridge.add_ros_topic(
                         topic, "sensor_msgs/msg/CompressedImage",
