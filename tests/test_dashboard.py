@@ -94,6 +94,33 @@ def test_layout_panels_are_lichtblick_panels():
     assert scene["scene"]["transforms"]["axisScale"] <= 0.5
 
 
+def test_the_3d_view_labels_only_each_arms_base_end_effector_and_cameras(tmp_path):
+    """The shipped arms' other link frames are hidden in the 3D panel (their meshes still
+    show), so the frames drawn and labelled are each robot's base and end effector, the
+    cameras' and the world's."""
+    import importlib.util
+
+    import yaml
+
+    from rpent_env_sim.libero_sim import panda_urdf
+    from rpent_hw.so101_kinematics import model_path
+
+    franky = Path(importlib.util.find_spec("franky_sim").submodule_search_locations[0])
+    urdfs = {"libero_sim": panda_urdf(tmp_path), "franka": franky / "assets" / "fr3.urdf",
+             "so101": model_path().with_name("so101_new_calib.urdf")}
+    shown = set()
+    links = set()
+    for robot, urdf in urdfs.items():
+        links |= set(re.findall(r'<link name="([^"]+)"', urdf.read_text()))
+        config = yaml.safe_load((CONFIG / f"{robot}.yaml").read_text())["/**"]["ros__parameters"]
+        shown |= {config.get("base_frame", "base_link"), config.get("ee_frame", "ee_link")}
+    (scene,) = [c for i, c in LAYOUT["configById"].items() if i.startswith("3D!")]
+    hidden = {key.removeprefix("frame:") for key, frame in scene["transforms"].items()
+              if frame.get("visible") is False}
+    assert shown <= links and hidden == links - shown
+    assert scene["scene"]["transforms"]["showLabel"]
+
+
 @pytest.mark.parametrize("language", ["zh-cn"])
 def test_each_language_has_the_layout_with_every_shown_text_translated(language):
     """The shipped layout of each language the dashboard offers is the English one with
