@@ -216,6 +216,7 @@ class AgentNode(Node):
         self._run_status = self.create_publisher(RunStatus, "~/run_status", rclpy.qos.QoSProfile(
             depth=1, reliability=rclpy.qos.ReliabilityPolicy.RELIABLE,
             durability=rclpy.qos.DurabilityPolicy.TRANSIENT_LOCAL))
+        self._run_status_lock = threading.Lock()
         self._show_run(RunStatus(state="idle", task_id=-1))
         # The 3D scene of the run (target, found objects): each message is the whole scene.
         self._scene = SceneMarkers(self.info.base_frame)
@@ -509,9 +510,8 @@ class AgentNode(Node):
             if kind == "tool_call":
                 last["tool"] = tool_name
             if kind in ("turn", "tool_call", "tool_result"):
-                panel.turn, panel.tool_calls = run.turns, run.tool_calls
-                panel.tool = tool_name if kind == "tool_call" else ""
-                self._show_run(panel)
+                self._show_run(panel, turn=run.turns, tool_calls=run.tool_calls,
+                               tool=tool_name if kind == "tool_call" else "")
             self._draw(kind, tool_name, arguments, data)
             if clip is not None:
                 # Where to watch this motion, once the run has written its clips.
@@ -610,17 +610,20 @@ class AgentNode(Node):
                 outcome["video_error"] = str(err)
         transcript.finish(outcome, extra)
         (run_dir / "result.json").write_text(json.dumps(outcome, indent=1))
-        panel.state, panel.tool = status, ""
-        panel.turn, panel.tool_calls = run.turns, run.tool_calls
-        self._show_run(panel)
+        self._show_run(panel, state=status, tool="", turn=run.turns, tool_calls=run.tool_calls)
         self.get_logger().info(f"run {run_id} ended: {status} ({summary}); task success "
                                f"{task_success}; {run.turns} turns")
         return result, lambda: self._publish(run_id, run.turns, "finish", "", "", finish_text,
                                              finish_ok, 0.0)
 
-    def _show_run(self, panel: RunStatus) -> None:
-        panel.header.stamp = self.get_clock().now().to_msg()
-        self._run_status.publish(panel)
+    def _show_run(self, panel: RunStatus, **changes) -> None:
+        """Publish the run panel with ``changes``; tools of one run may end on several
+        threads (MCP), and each message must be one moment's panel."""
+        with self._run_status_lock:
+            for field, value in changes.items():
+                setattr(panel, field, value)
+            panel.header.stamp = self.get_clock().now().to_msg()
+            self._run_status.publish(panel)
 
     def _draw(self, kind, tool_name, arguments, data) -> None:
         if tool_name not in ("move_to", "locate", "get_object_poses"):
