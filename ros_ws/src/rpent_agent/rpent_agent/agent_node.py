@@ -29,7 +29,7 @@ from rclpy.signals import SignalHandlerOptions
 from rpent_contract import params
 from rpent_contract.client import RobotClient, signals_held
 from rpent_contract.contributions import ContributionError
-from rpent_contract.processes import node_executable
+from rpent_contract.processes import node_executable, wait_until
 from rpent_contract.serving import action_server
 from rcl_interfaces.msg import Log
 from std_msgs.msg import String
@@ -394,6 +394,14 @@ class AgentNode(Node):
                 return "", f"the robot did not reset to the task: {err}"
             if not reset.success:
                 return "", f"the robot refused the task: {reset.message}"
+            # The run reads its task (suite, task id: its recipes, its panel) from
+            # task_status, which reaches this node on its own after the reset's answer.
+            try:
+                wait_until(lambda: getattr(self.observer.task(), "episode_id", None)
+                           == reset.episode_id, self.timeouts.service,
+                           what="the robot's task_status of the new episode")
+            except TimeoutError as err:
+                return "", f"{err}; is the robot still publishing task_status?"
             task_instruction = reset.instruction
         else:
             task = self.observer.task()

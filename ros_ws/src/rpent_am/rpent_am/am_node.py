@@ -34,8 +34,9 @@ time the chunk ends) and ``~/predicted_value``.
 
 What the model sees: a backend fed through a ModelIO (``model_io``) has each image it is
 given, turned, mirrored and resized as the model receives it, published on
-``~/policy_input/<camera>`` with the stamp of the observation it came from, while someone
-subscribes (a viewer, a recorder); nothing is prepared twice for nobody.
+``~/policy_input/<camera>`` with the stamp of the observation it came from. The node
+prepares them again with the same ModelIO, and only while someone subscribes (a viewer, a
+recorder).
 """
 from __future__ import annotations
 
@@ -713,8 +714,9 @@ class ActionModelNode(Node):
         return foreseen
 
     def _show_inputs(self, obs: PolicyObservation) -> None:
-        """The images the model was just fed from ``obs``, for whoever subscribes (after the
-        chunk has left: a viewer never delays the robot)."""
+        """The images the model was just fed from ``obs``, for whoever subscribes: after a
+        stream's chunk has left, so a viewer never delays the robot (a single predict's
+        answer waits for them while someone watches)."""
         for spec, pub in self._input_pubs:
             if pub.get_subscription_count() == 0:
                 continue

@@ -18,9 +18,9 @@ from dataclasses import dataclass
 from typing import Optional
 
 import numpy as np
+from geometry_msgs.msg import Point
 from rclpy.action import CancelResponse, GoalResponse
 from rclpy.callback_groups import ReentrantCallbackGroup
-from geometry_msgs.msg import Point
 from std_msgs.msg import ColorRGBA
 from std_srvs.srv import Trigger
 from visualization_msgs.msg import Marker

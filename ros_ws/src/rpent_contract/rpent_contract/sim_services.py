@@ -32,8 +32,8 @@ from .perception import fill_segment_response
 from .qos import LATCHED_QOS
 from .serving import service
 
-# s between looks at the scene: a viewer sees an object moved within this; unchanged
-# scenes are not published again.
+# s between looks at what viewers see of the simulator (its tasks, its scene): a viewer
+# sees an object moved within this; what has not changed is not published again.
 SCENE_PERIOD_S = 0.5
 SCENE_MOVED_M = 0.002  # an object moved less than this (or turned less) is not redrawn
 OBJECT = ColorRGBA(r=0.35, g=0.6, b=0.9, a=0.45)
