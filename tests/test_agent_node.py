@@ -275,7 +275,17 @@ def test_an_mcp_client_lists_and_calls_the_tools(robot, node_factory, tmp_path):
             "memory_write", "memory_list"} <= set(names)
     assert idle.is_error and "no task is running" in idle.content[0].text
 
+    from rclpy.qos import DurabilityPolicy, QoSProfile
+
+    from rpent_interfaces.msg import RunStatus
+    states = []
+    client.node.create_subscription(RunStatus, "/agent_mcp/run_status", states.append,
+                                    QoSProfile(depth=10,
+                                               durability=DurabilityPolicy.TRANSIENT_LOCAL))
     handle = agent.send(SOUP)
+    # The run starts a moment after its goal is accepted: drive it once it runs.
+    wait_until(lambda: any(s.state == "running" and s.instruction == SOUP for s in states), 30,
+               what="the run to start")
 
     async def drive():
         async with Client(url) as mcp:

@@ -540,11 +540,11 @@ class AgentNode(Node):
         panel = RunStatus(run_id=run_id, instruction=instruction, state="running",
                           max_turns=max_turns, suite=suite, task_id=task_id,
                           run_dir=str(run_dir))
-        self._show_run(panel)
         self.get_logger().info(f"run {run_id}: '{instruction}' ({run_dir})")
         with self._scene_lock:
             self._markers.publish(self._scene.clear(self.get_clock().now().to_msg()))
         self._toolkit = toolkit
+        self._show_run(panel)  # running: from now on the run's tools answer
         if self._interrupted:  # the signal came while the run was being set up
             toolkit.cancel(f"interrupted by {self._interrupted}", INTERRUPT_STOP_TIMEOUT)
         try:
