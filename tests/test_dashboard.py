@@ -65,6 +65,8 @@ def layout_topics() -> set:
         kind = panel_id.split("!", 1)[0]
         if kind == "Image":
             topics.add(config["imageMode"]["imageTopic"])
+            topics.update(config["imageMode"].get(key) for key in ("calibrationTopic",)
+                          if key in config["imageMode"])
             topics.update(config["topics"])  # 3D markers drawn over the image
         elif kind == "3D":
             topics.update(config["topics"])
@@ -92,6 +94,44 @@ def test_layout_panels_are_lichtblick_panels():
     (scene,) = [c for i, c in LAYOUT["configById"].items() if i.startswith("3D!")]
     assert scene["scene"]["transforms"]["labelSize"] <= 0.05
     assert scene["scene"]["transforms"]["axisScale"] <= 0.5
+
+
+def _areas(node, x=0.0, y=0.0, w=1.0, h=1.0):
+    """Each top-level panel's (x, y, width, height), as fractions of the window's panel area."""
+    if isinstance(node, str):
+        return {node: (x, y, w, h)}
+    share = node.get("splitPercentage", 50) / 100
+    if node["direction"] == "row":
+        return {**_areas(node["first"], x, y, w * share, h),
+                **_areas(node["second"], x + w * share, y, w * (1 - share), h)}
+    return {**_areas(node["first"], x, y, w, h * share),
+            **_areas(node["second"], x, y + h * share, w, h * (1 - share))}
+
+
+def test_every_button_has_room_at_1366x768_with_the_viewers_sidebar_open():
+    """Lichtblick's Call Service panel always shows its request and response boxes; side by
+    side (`horizontal`), its button stays inside the panel from 180 px high and 125 px wide
+    (measured in Lichtblick 1.19 and 1.24 web builds, headless Chromium). At 1366x768 with
+    the viewer's left sidebar open, the panels share about 1046 x 724 px; the shipped
+    layout, smaller shares, had the Yes / No buttons below their panels, where a click
+    lands on the next panel."""
+    areas = _areas(LAYOUT["layout"])
+    buttons = {p for p in LAYOUT["configById"] if p.startswith("CallService!")}
+    assert buttons <= set(areas), "a button inside a tab is hidden until its tab is chosen"
+    for panel in sorted(buttons):
+        _, _, width, height = areas[panel]
+        assert LAYOUT["configById"][panel]["layout"] == "horizontal", panel
+        assert height * 724 >= 180 and width * 1046 >= 125, (panel, width, height)
+
+
+def test_images_with_a_3d_overlay_name_their_calibration():
+    """An Image panel draws markers (the intended path) over its camera only from the
+    camera's calibration; without one Lichtblick shows the image and silently no path."""
+    for panel, config in LAYOUT["configById"].items():
+        if panel.startswith("Image!") and config.get("topics"):
+            image = config["imageMode"]["imageTopic"]
+            assert config["imageMode"].get("calibrationTopic") == \
+                image.rsplit("/", 1)[0] + "/camera_info", panel
 
 
 def test_the_3d_view_labels_only_each_arms_base_end_effector_and_cameras(tmp_path):

@@ -18,8 +18,9 @@ import copy
 import json
 from pathlib import Path
 
-# Keys whose string values a viewer shows.
-SHOWN_KEYS = ("title", "label", "buttonText", "buttonTooltip")
+# Keys whose string values a viewer shows (a panel's own title: Lichtblick's key, Foxglove's).
+SHOWN_KEYS = ("title", "label", "buttonText", "buttonTooltip", "lichtblickPanelTitle",
+              "foxglovePanelTitle")
 
 TRANSLATIONS = {
     "zh-cn": {
@@ -31,6 +32,8 @@ TRANSLATIONS = {
         "Task": "任务",
         "Tasks to choose from": "可选任务",
         "Nodes": "节点",
+        "Timeline": "时间线",
+        "Waiting for the operator": "等待操作员",
         "Grid": "网格",
         "Joint positions (rad)": "关节位置 (rad)",
         "gripper width (m)": "夹爪宽度 (m)",
