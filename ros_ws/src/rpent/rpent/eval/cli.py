@@ -66,10 +66,13 @@ def _run_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="rpent eval", description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     p.add_argument("--suites", default="libero_object",
-                   help="comma-separated LIBERO / LIBERO-PRO suites (default libero_object), "
-                        "or one arm's twin suites (franka_tabletop, so101_tabletop, a scene "
-                        "YAML)")
+                   help="comma-separated LIBERO / LIBERO-PRO / LIBERO-Plus (liberoplus_*) "
+                        "suites (default libero_object), or one arm's twin suites "
+                        "(franka_tabletop, so101_tabletop, a scene YAML)")
     p.add_argument("--tasks", default="all", help="task ids: all, 3, 0-9, 0,2,5-7")
+    p.add_argument("--dimensions", default="all",
+                   help="LIBERO-Plus suites: only the chosen tasks that perturb one of these "
+                        "(comma-separated; --list names them), e.g. camera,language")
     p.add_argument("--init-states", default="all",
                    help="initial-state indices (default all: LIBERO records 50 per task; on "
                         "a twin, placement seeds 0-49)")
@@ -115,7 +118,8 @@ def run_main(argv: list[str]) -> int:
         names = [s for s in opts.suites.split(",") if s]
         suites = suites_for(names)
         args = bringup_args(opts.args, suites)
-        episodes = suites.select(names, opts.tasks, opts.init_states, opts.seeds)
+        episodes = suites.select(names, opts.tasks, opts.init_states, opts.seeds,
+                                 opts.dimensions)
         limits = EpisodeLimits(int(args["max_turns"]), int(args["max_episode_steps"]),
                                opts.episode_timeout)
         resources, model_resources = {}, {}

