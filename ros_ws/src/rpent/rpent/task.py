@@ -77,12 +77,13 @@ def main(argv=None) -> int:
     if not opts.timeout > 0:
         p.error("--timeout must be > 0 s")
     if opts.command == "start":
+        from rpent_contract.driver import names_a_task
         from rpent_interfaces.srv import StartRun
 
         reply = _call(opts.agent, "start_run", StartRun, StartRun.Request(
             instruction=opts.instruction, max_turns=opts.max_turns, suite=opts.suite,
             task_id=opts.task_id, init_state_index=opts.init_state), opts.timeout,
-            max(opts.timeout, 60.0) if opts.suite or opts.task_id >= 0 or opts.init_state >= 0
+            max(opts.timeout, 60.0) if names_a_task(opts.suite, opts.task_id, opts.init_state)
             else opts.timeout)
         ok = reply.accepted
     else:

@@ -29,6 +29,7 @@ from rclpy.signals import SignalHandlerOptions
 from rpent_contract import params
 from rpent_contract.client import RobotClient, signals_held
 from rpent_contract.contributions import ContributionError
+from rpent_contract.driver import names_a_task
 from rpent_contract.processes import node_executable, wait_until
 from rpent_contract.serving import action_server
 from rcl_interfaces.msg import Log
@@ -385,7 +386,7 @@ class AgentNode(Node):
     def _start_instruction(self, request) -> tuple:
         """(instruction, why the run cannot start) of a start_run: a task it names is reset
         to first, through the robot's own checks; no instruction: the task's."""
-        if request.suite or request.task_id >= 0 or request.init_state_index >= 0:
+        if names_a_task(request.suite, request.task_id, request.init_state_index):
             try:
                 reset = self.robot.reset(suite=request.suite, task_id=request.task_id,
                                          init_state_index=request.init_state_index,

@@ -196,12 +196,21 @@ class FrameDemand(enum.IntEnum):
     REQUESTED = 2  # a consumer asked for this measurement's frames (``camera/trigger``)
 
 
+def names_a_task(suite: str, *indices: int) -> bool:
+    """Whether a reset or a run's start names a task: the contract's requests keep the
+    current suite, task, seed or initial state where they leave it empty or negative."""
+    return bool(suite) or any(index >= 0 for index in indices)
+
+
 @dataclass
 class ResetRequest:
     suite: str = ""
     task_id: int = -1
     seed: int = -1
     init_state_index: int = -1
+
+    def names_a_task(self) -> bool:
+        return names_a_task(self.suite, self.task_id, self.seed, self.init_state_index)
 
 
 class RobotDriver(ABC):

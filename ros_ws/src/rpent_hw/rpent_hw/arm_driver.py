@@ -127,8 +127,7 @@ class ArmDriver(RobotDriver):
         self.approval.request(what, lambda: motion.stopped)
 
     def _refuse_task_fields(self, request: ResetRequest, what_reset_does: str) -> None:
-        if request.suite or request.task_id >= 0 or request.seed >= 0 \
-                or request.init_state_index >= 0:
+        if request.names_a_task():
             raise ValueError(f"a real {self.embodiment} has no task list, suite, seed or "
                              "recorded initial states: call reset with no arguments "
                              f"({what_reset_does})")
