@@ -311,7 +311,7 @@ SHIPPED: dict = {io.name: io for io in (
                StateTerm("value", entry="panda_finger_joint2", scale=-1.0,
                          name="gripper_qpos")),
         state_key="state", prompt_key="instruction", camera_size=(256, 256),
-        description="the original RPent's WAM workers on LIBERO (Cosmos Policy, Fast-WAM): "
+        description="the original RPent's WAM workers on LIBERO (Cosmos Policy, Fast-WAM, Cosmos3): "
                     "upright 256 px primary and wrist images; eef_position, "
                     "eef_quaternion_xyzw (robot0_eef_quat), gripper_qpos in the world frame"),
 )}

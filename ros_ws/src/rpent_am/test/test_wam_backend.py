@@ -10,7 +10,7 @@ from rpent_am.backends.wam import WamBackend
 from rpent_am.model_io import SHIPPED
 from rpent_am.policy import BackendError, PolicyObservation, Prediction
 from rpent_contract.control_space import ControlSpaceSpec
-from rpent_testkit.wam_servers import WamServer, cosmos_policy, fast_wam
+from rpent_testkit.wam_servers import WamServer, cosmos3, cosmos_policy, fast_wam
 
 LIBERO = ControlSpaceSpec(name="libero_osc_delta", labels=tuple("xyzabcg"), units=("1",) * 7,
                           lower=(-1.0,) * 7, upper=(1.0,) * 7, relative=True)
@@ -85,6 +85,28 @@ def test_fast_wam_turns_the_same_observation_into_its_own_8d_state():
     np.testing.assert_allclose(prediction.actions[:, -1], 0.5)  # 1 - 2 * 0.25
     assert prediction.future_images == {} and prediction.value is None
     assert not backend.meta.predicts_future
+
+
+def test_cosmos3_gets_both_views_without_a_state_and_its_workers_budget():
+    """The Cosmos3 worker (its port 8118 in the original system) asks for no state and
+    advertises the SGLang service's HTTP timeout plus 30 s, which the node waits for."""
+    caps, model = cosmos3(lambda view, text: np.full((16, 7), 0.1), http_timeout_s=600)
+    obs = observation()
+    with WamServer(model, caps, transport="socket") as server:
+        backend = WamBackend(server.endpoint, action_space=LIBERO, io=IO,
+                             expected_backend="cosmos3")
+        prediction = backend.predict(obs, "put both pots on the stove", "s")
+        backend.close()
+    assert (backend.meta.chunk_size, backend.meta.default_timeout) == (16, 630.0)
+    assert backend.meta.checkpoint_id == "cosmos3:nvidia/cosmos3-nano-libero10-sdg-export-S2_s43"
+    view, text = model.encoded[0]
+    np.testing.assert_array_equal(view[:, :256], obs.images["agentview"])
+    np.testing.assert_array_equal(view[:, 256:], obs.images["robot0_eye_in_hand"])
+    assert text == "put both pots on the stove"
+    np.testing.assert_allclose(prediction.actions, 0.1, rtol=1e-6)
+    assert prediction.future_images == {} and prediction.value is None
+    with WamServer(model, caps) as server, pytest.raises(BackendError, match="cosmos3"):
+        WamBackend(server.endpoint, action_space=LIBERO, io=IO, expected_backend="fast_wam")
 
 
 def cosmos(**kw):

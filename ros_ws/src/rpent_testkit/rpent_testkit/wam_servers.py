@@ -1,8 +1,9 @@
 """The original RPent's world-action-model workers as protocol-level peers: the ``wam.*``
 routes with the worker's checks and messages (:class:`WamServer`), and the LIBERO adapters
-of two of its models, which encode the physical observation into the model's own inputs
-as the workers do: Cosmos Policy (:func:`cosmos_policy`) and Fast-WAM (:func:`fast_wam`).
-The model itself is the test's function. See :mod:`rpent_am.backends.wam` for the wire.
+of its models, which encode the physical observation into the model's own inputs as the
+workers do: Cosmos Policy (:func:`cosmos_policy`), Fast-WAM (:func:`fast_wam`) and Cosmos3
+(:func:`cosmos3`). The model itself is the test's function. See :mod:`rpent_am.backends.wam`
+for the wire.
 """
 from __future__ import annotations
 
@@ -141,6 +142,30 @@ def fast_wam(policy: Callable, *, execute_steps: int = 8, horizon: int = 16) -> 
             raise ValueError(f"expected [1, {horizon}, 7] actions, got {actions.shape}")
         actions[:, -1] = 1.0 - 2.0 * actions[:, -1]
         return {"actions": actions[:execute_steps].astype(np.float32)}
+
+    model.encoded = []
+    return caps, model
+
+
+def cosmos3(policy: Callable, *, http_timeout_s: float = 600.0, chunks: int = 16) -> tuple:
+    """(capabilities, model) of the Cosmos3 LIBERO worker, which relays to an SGLang
+    ``/v1/actions/generations`` service through RLinf's Cosmos3 adapter: the images and the
+    instruction only (no state), the third-person view and the wrist side by side, and a
+    budget of the service's HTTP timeout plus 30 s for the RPC. ``policy(view, instruction)
+    -> (chunks, 7)``, the chunk as the adapter decodes it for LIBERO. ``model.encoded``
+    keeps each (view, instruction)."""
+    caps = capabilities("cosmos3", "nvidia/cosmos3-nano-libero10-sdg-export-S2_s43", {},
+                        chunks, metadata={"sglang_http_timeout_s": http_timeout_s})
+    caps["prediction_timeout_s"] = http_timeout_s + 30.0
+
+    def model(request: dict) -> dict:
+        main, wrist = (request["images"][role] for role in ROLES)
+        view = np.concatenate([main, wrist], axis=1) if main.shape == wrist.shape else main
+        model.encoded.append((view, request["instruction"]))
+        actions = np.asarray(policy(view, request["instruction"]), np.float32)
+        if actions.shape != (chunks, 7):
+            raise ValueError(f"Cosmos3 answered {actions.shape} actions, not ({chunks}, 7)")
+        return {"actions": actions}
 
     model.encoded = []
     return caps, model

@@ -138,7 +138,7 @@ def make_backend(name: str, declare: Callable, space: ControlSpaceSpec, info,
 
             return WamBackend(io=_model_io(d, "wam_libero"), expected_backend=d(
                 "wam_backend", "", "the worker's model, as its metadata names it "
-                "(cosmos_policy, fast_wam); empty: any"), **common)
+                "(cosmos_policy, fast_wam, cosmos3); empty: any"), **common)
         io = _model_io(d, "", lambda: ModelIO.simple(
             "rpent_vla", _mapping(d("cameras", ["agentview=video.agentview"],
                                     "contract_camera=observation_key pairs (without model_io)")),
