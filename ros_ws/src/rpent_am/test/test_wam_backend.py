@@ -68,16 +68,23 @@ def test_cosmos_gets_its_9d_state_and_foresees_each_camera_and_a_value(transport
         ("libero_7d", "libero.osc_pose.delta.v1")
 
 
+def predicted(caps, model, obs, instruction, **options) -> tuple:
+    """(backend, prediction) of one predict through a worker expected to be ``caps``'s."""
+    with WamServer(model, caps, **options) as server:
+        backend = WamBackend(server.endpoint, action_space=LIBERO, io=IO,
+                             expected_backend=caps["backend"])
+        prediction = backend.predict(obs, instruction, "s")
+        backend.close()
+    return backend, prediction
+
+
 def test_fast_wam_turns_the_same_observation_into_its_own_8d_state():
     """Its axis-angle of the xyzw quaternion is the one openpi's LIBERO state uses, so the
     two pipelines agree on the same robot."""
     caps, model = fast_wam(lambda state, images, text: np.full((16, 7), 0.25), execute_steps=8)
     obs = observation()
-    with WamServer(model, caps, meta_route="wam.capabilities") as server:
-        backend = WamBackend(server.endpoint, action_space=LIBERO, io=IO,
-                             expected_backend="fast_wam")
-        prediction = backend.predict(obs, "open the drawer", "s")
-        backend.close()
+    backend, prediction = predicted(caps, model, obs, "open the drawer",
+                                    meta_route="wam.capabilities")
     state8, images = model.encoded[0]
     np.testing.assert_allclose(state8, SHIPPED["pi05_libero"].state_vector(obs), atol=1e-6)
     np.testing.assert_array_equal(images["primary"], obs.images["agentview"][:, ::-1])
@@ -92,11 +99,8 @@ def test_cosmos3_gets_both_views_without_a_state_and_its_workers_budget():
     advertises the SGLang service's HTTP timeout plus 30 s, which the node waits for."""
     caps, model = cosmos3(lambda view, text: np.full((16, 7), 0.1), http_timeout_s=600)
     obs = observation()
-    with WamServer(model, caps, transport="socket") as server:
-        backend = WamBackend(server.endpoint, action_space=LIBERO, io=IO,
-                             expected_backend="cosmos3")
-        prediction = backend.predict(obs, "put both pots on the stove", "s")
-        backend.close()
+    backend, prediction = predicted(caps, model, obs, "put both pots on the stove",
+                                    transport="socket")
     assert (backend.meta.chunk_size, backend.meta.default_timeout) == (16, 630.0)
     assert backend.meta.checkpoint_id == "cosmos3:nvidia/cosmos3-nano-libero10-sdg-export-S2_s43"
     view, text = model.encoded[0]
