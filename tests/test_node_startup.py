@@ -50,3 +50,21 @@ def test_the_bridge_says_which_port_is_taken(node_factory):
     assert f"cannot listen on 127.0.0.1:0 and {port} ([Errno 98]" in proc.log_tail(), \
         proc.log_tail()
     assert "address already in use" in proc.log_tail()
+
+
+@pytest.mark.parametrize("package, executable, parameters, expected", [
+    ("rpent_env_sim", "libero_node", {"tsk_id": 3}, "'tsk_id' (did you mean 'task_id'?)"),
+    ("rpent_foxglove", "bridge", {"port": 0, "legacy_prot": -1},
+     "'legacy_prot' (did you mean 'legacy_port'?)"),
+    ("rpent_bag", "recorder", {"image_rat": 2.0}, "'image_rat' (did you mean 'image_rate'?)"),
+    ("rpent_agent", "agent_node", {"max_turn": 3}, "'max_turn' (did you mean 'max_turns'?)"),
+])
+def test_a_misspelt_parameter_stops_the_node_with_the_name_it_meant(node_factory, package,
+                                                                    executable, parameters,
+                                                                    expected):
+    """ROS ignores a parameter the node never declared, so `tsk_id:=3` would run task 0.
+    (The model node checks the same once its backend is built, which takes a robot.)"""
+    proc = node_factory(package, executable, parameters, name="misspelt")
+    wait_until(lambda: not proc.alive(), 120, what="the node to exit")
+    assert proc.proc.returncode == 2, proc.log_tail()
+    assert f"has no parameter {expected}" in proc.log_tail(), proc.log_tail()

@@ -160,6 +160,7 @@ class AgentNode(Node):
                                 "with an empty instruction, the robot's task instruction")
         self.run_dir = d("run_dir", "", "run folder to write (a launch file's, shared with the "
                          "recorder); empty = a new one under output_dir per run")
+        params.check_all_known(self)
 
         self.planner_name, why = choose(self.planner_param, self.model, self.base_url)
         self.get_logger().info(why)

@@ -26,7 +26,8 @@ from std_msgs.msg import String
 from rpent_bag import definitions, graph
 from rpent_bag.embed import embed_meshes, is_description
 from rpent_bag.recorder import BagRecorder, StampThinning
-from rpent_contract.params import ParameterError, declare, non_negative, positive
+from rpent_contract.params import (ParameterError, check_all_known, declare, non_negative,
+                                   positive)
 
 DEFAULT_TOPICS = [
     "joint_states", "ee_pose", "robot_state", "task_status", "executed_actions",
@@ -74,6 +75,7 @@ class RecorderNode(Node):
                         positive)
         period = d("discovery_period", 0.5, "s between looks for new matching topics",
                    positive)
+        check_all_known(self)
         self._patterns = self._resolve("topics", patterns)
         self._exclude = tuple(self._resolve("exclude", [p for p in exclude if p]))
         self.path = Path(bag_path or f"runs/{time.strftime('%Y%m%d-%H%M%S')}/bag")

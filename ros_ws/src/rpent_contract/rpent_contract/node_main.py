@@ -9,20 +9,28 @@ from typing import Callable
 import rclpy
 from rclpy.executors import ExternalShutdownException, MultiThreadedExecutor, SingleThreadedExecutor
 
+from .params import check_all_known
+
 
 def run_node(make_node: Callable, *, name: str, args=None, num_threads: int = 1,
              close: Callable = lambda node: None, startup_errors=(ValueError,)) -> int:
     """Spin ``make_node()`` until shutdown and return the process exit code.
 
-    A start-up error of the kinds in ``startup_errors`` (a bad parameter, a refused
-    configuration) prints the reason and returns 2 instead of a traceback. ``close(node)``
+    A start-up error of the kinds in ``startup_errors`` (a bad parameter, one the node does
+    not have, a refused configuration) prints the reason and returns 2 instead of a
+    traceback. ``close(node)``
     runs before the node is destroyed, whatever ended the spin.
     """
     rclpy.init(args=args)
+    node = None
     try:
         node = make_node()
+        check_all_known(node)
     except startup_errors as err:
         print(f"[{name}] cannot start: {err}", file=sys.stderr)
+        if node is not None:
+            close(node)
+            node.destroy_node()
         rclpy.try_shutdown()
         return 2
     except (KeyboardInterrupt, ExternalShutdownException):

@@ -1,6 +1,7 @@
 """Declare, type and validate node parameters at start-up, failing with a clear message."""
 from __future__ import annotations
 
+import difflib
 import math
 from typing import Any, Callable, Optional
 
@@ -36,6 +37,26 @@ def declare(node, name: str, default, description: str, check: Optional[Check] =
     if problem:
         raise ParameterError(f"parameter '{name}' = {value!r}: {problem}")
     return value
+
+
+def check_all_known(node) -> None:
+    """Refuse parameters given to ``node`` (a params file's keys, ``-p``) that it never
+    declared, each with the closest name it has: ROS ignores them, so a misspelt key would
+    silently run with the default. Call once every parameter is declared."""
+    # rclpy keeps what it was given in this attribute (Humble and Jazzy); no public accessor.
+    given = getattr(node, "_parameter_overrides", {})
+    declared = set(node.list_parameters([], 0).names)
+    # QoS overrides are read when a publisher or subscription asks for them, if it does.
+    unknown = sorted(name for name in given
+                     if name not in declared and not name.startswith("qos_overrides."))
+    if unknown:
+        guesses = []
+        for name in unknown:
+            close = difflib.get_close_matches(name, sorted(declared), n=1)
+            guesses.append(f"'{name}'" + (f" (did you mean '{close[0]}'?)" if close else ""))
+        raise ParameterError(
+            f"{node.get_name()} has no parameter {', '.join(guesses)}: correct the params "
+            "file or the -p argument (ROS would ignore it and use the default)")
 
 
 def positive(value) -> Optional[str]:
