@@ -98,3 +98,33 @@ def test_an_evaluation_chooses_tasks_by_dimension(spatial):
         suites.select(["libero_spatial"], "all", "0", "0", "camera")
     listing = "\n".join(suites.listing())
     assert "--dimensions 'light'" in listing and "none runnable" in listing
+
+
+@pytest.mark.slow
+def test_the_robot_node_serves_its_tasks_and_lists_what_each_perturbs(rclpy_context,
+                                                                       node_factory, spatial):
+    """A LIBERO node on a LIBERO-Plus suite: its task list names each task's dimension for
+    a viewer's run panel, a reset to a perturbed task runs it, and one needing the asset pack
+    is refused with what to install while the current task runs on."""
+    from rpent_contract.client import RobotClient, next_message
+    from rpent_contract.names import TASKS_TOPIC
+    from rpent_contract.qos import LATCHED_QOS
+    from rpent_interfaces.msg import TaskList
+
+    camera, language, light = (_first(spatial, d) for d in ("camera", "language", "light"))
+    node_factory("rpent_env_sim", "libero_node", {
+        "suite": "liberoplus_spatial", "task_id": camera.task_id, "image_height": 64,
+        "image_width": 64}, name="libero_sim")
+    client = RobotClient()
+    try:
+        client.wait_ready(120)
+        tasks = next_message(client.node, TaskList, TASKS_TOPIC, LATCHED_QOS, 60)
+        assert tasks.suite == "liberoplus_spatial" and len(tasks.dimensions) == len(spatial)
+        assert tasks.dimensions[camera.task_id] == "camera"
+        assert tasks.instructions[language.task_id] == language.instruction
+        refused = client.reset(task_id=light.task_id, init_state_index=0)
+        assert not refused.success and "LIBERO-Plus's asset pack" in refused.message
+        reset = client.reset(task_id=language.task_id, init_state_index=0)
+        assert reset.success and reset.instruction == language.instruction, reset.message
+    finally:
+        client.close()

@@ -166,6 +166,7 @@ def test_a_viewer_runs_a_task_it_chooses_follows_it_and_resets_the_episode(sessi
             (tasks,) = panel(fox, got, "/sim/tasks")
             assert tasks.suite == "libero_object" and tasks.suite in tasks.suites
             assert len(tasks.instructions) == len(tasks.init_states) == 10
+            assert tasks.dimensions == []  # LIBERO's suites perturb nothing
             assert tasks.instructions[0] == instruction and min(tasks.init_states) > 2
             bad = await fox.call_service(START, {**start, "task_id": 999}, 90)
             assert not bad["accepted"] and "the robot refused the task" in bad["message"], bad

@@ -272,8 +272,8 @@ class RobotDriver(ABC):
         raise NotImplementedError("this robot has no privileged object poses (real hardware)")
 
     def task_list(self) -> tuple:
-        """Sim only: (the suite it runs, [(instruction, recorded initial states)] by task
-        id, [the suites a reset can switch to])."""
+        """Sim only: (the suite it runs, [(instruction, recorded initial states, what it
+        perturbs or '')] by task id, [the suites a reset can switch to])."""
         raise NotImplementedError("this robot has no task list (real hardware)")
 
     def scene_objects(self) -> dict:

@@ -86,8 +86,10 @@ class SimServices:
         if answer is None or answer[0] == self._tasks_suite:
             return
         suite, tasks, suites = answer
-        msg = TaskList(suite=suite, instructions=[i for i, _ in tasks],
-                       init_states=[int(n) for _, n in tasks], suites=list(suites))
+        dimensions = [d for _, _, d in tasks]
+        msg = TaskList(suite=suite, instructions=[i for i, _, _ in tasks],
+                       init_states=[int(n) for _, n, _ in tasks], suites=list(suites),
+                       dimensions=dimensions if any(dimensions) else [])
         msg.header.stamp = self._node.get_clock().now().to_msg()
         self._tasks_pub.publish(msg)
         self._tasks_suite = suite

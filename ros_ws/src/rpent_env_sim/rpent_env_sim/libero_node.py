@@ -74,10 +74,11 @@ LIBERO_OSC_DELTA = ControlSpaceSpec(
 
 @functools.lru_cache(maxsize=None)
 def _task_list(suite: str) -> tuple:
-    """``suite``, (instruction, recorded initial states) of each of its tasks by task id,
-    and the suites a reset can switch to: read once per suite, from the benchmark's files
-    (the instructions their episodes give)."""
-    return (suite, [(task.instruction, task.n_init_states) for task in suite_tasks(suite)],
+    """``suite``, (instruction, recorded initial states, LIBERO-Plus dimension) of each of its
+    tasks by task id, and the suites a reset can switch to: read once per suite, from the
+    benchmark's files (the instructions their episodes give)."""
+    return (suite, [(task.instruction, task.n_init_states, task.dimension)
+                    for task in suite_tasks(suite)],
             LiberoSim.available_suites(ready_only=True))
 
 
