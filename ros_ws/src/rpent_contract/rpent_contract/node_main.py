@@ -18,8 +18,7 @@ def run_node(make_node: Callable, *, name: str, args=None, num_threads: int = 1,
 
     A start-up error of the kinds in ``startup_errors`` (a bad parameter, one the node does
     not have, a refused configuration) prints the reason and returns 2 instead of a
-    traceback. ``close(node)``
-    runs before the node is destroyed, whatever ended the spin.
+    traceback. ``close(node)`` runs before the node is destroyed, whatever ended the spin.
     """
     rclpy.init(args=args)
     node = None

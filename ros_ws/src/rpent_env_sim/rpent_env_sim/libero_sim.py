@@ -162,6 +162,7 @@ def _needs_asset_pack(task_name: str) -> str:
         return f"its {dimension} scenes"
     return "its new objects" if "_add_" in task_name else ""
 
+
 def _libero_plus_assets() -> Path | None:
     """Where LIBERO-Plus's environment finds its assets (in its package, whatever its config
     file says), found without importing it (it imports torch); None if not installed."""
@@ -183,9 +184,9 @@ def _libero_plus_suites() -> list[str]:
 def _check_suite(suite: str) -> None:
     if suite.startswith(LIBERO_PLUS) and suite.removeprefix(LIBERO_PLUS) in _LIBERO_PLUS_SUITES:
         _import_libero(suite)  # a missing extra says which command installs it
-    if suite not in _suite_task_counts() and suite not in _libero_plus_suites():
-        raise ValueError(f"unknown LIBERO suite {suite!r}; valid suites: "
-                         f"{', '.join(LiberoSim.available_suites())}")
+    suites = LiberoSim.available_suites()
+    if suite not in suites:
+        raise ValueError(f"unknown LIBERO suite {suite!r}; valid suites: {', '.join(suites)}")
 
 
 def panda_urdf(directory: Path, base_link: str = "base_link",
@@ -259,8 +260,11 @@ def _bddl_path(suite: str, task) -> Path:
 
 
 def _bddl_file(suite: str, task) -> Path:
+    """The file of the task's bddl (without a LIBERO-Plus perturbation's suffix)."""
     path = _bddl_path(suite, task)
-    return path.with_name(path.name.split("_view_")[0].removesuffix(".bddl") + ".bddl")
+    if not suite.startswith(LIBERO_PLUS) or "_view_" not in path.name:
+        return path
+    return path.with_name(path.name.split("_view_")[0] + ".bddl")
 
 
 def _bddl_instruction(suite: str, task) -> str:
