@@ -50,3 +50,57 @@ def test_client_keeps_spinning_while_subscriptions_are_dropped(rclpy_context):
         thread.join(5)
         client.close()
         talker.destroy_node()
+
+
+CLOSE_WHILE_BUSY = """
+import gc, threading, time
+import rclpy
+from std_msgs.msg import Int32
+from rpent_contract.client import RobotClient
+from rpent_contract.qos import STATE_QOS
+
+rclpy.init()
+talker = rclpy.create_node("busy_talker")
+publisher = talker.create_publisher(Int32, "busy", STATE_QOS)
+stop = threading.Event()
+
+def talk():
+    while not stop.is_set():
+        publisher.publish(Int32(data=1))
+
+talker_thread = threading.Thread(target=talk, daemon=True)
+talker_thread.start()
+for attempt in range(40):
+    client = RobotClient(node_name=f"busy_client_{attempt}", actions=[])
+    heard = threading.Event()
+
+    def slow(_msg):
+        heard.set()
+        time.sleep(0.002)
+
+    for _ in range(4):
+        client.node.create_subscription(Int32, "busy", slow, STATE_QOS)
+    assert heard.wait(10), "no message reached the client"
+    client.close()
+    del client
+    gc.collect()
+stop.set()
+talker_thread.join(5)
+talker.destroy_node()
+rclpy.try_shutdown()
+print("closed")
+"""
+
+
+def test_a_client_closed_while_its_callbacks_run_exits_quietly():
+    """Closing destroys the client's node only once the callbacks running on its threads
+    have returned (Jazzy's executor shutdown does not wait for them): a callback cut short
+    used to print "The following exception was never retrieved: cannot use Destroyable" at
+    a process's exit, the agent's after a run included (2 of 3 runs of this script)."""
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-c", CLOSE_WHILE_BUSY], capture_output=True,
+                          text=True, timeout=120)
+    assert done.returncode == 0 and "closed" in done.stdout, done.stderr
+    assert done.stderr == ""

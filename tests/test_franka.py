@@ -279,11 +279,12 @@ def test_streamed_chunks_keep_the_arm_moving_across_boundaries(franka, space):
     row = np.zeros(7)
     row[1] = 0.002
     # Joint chunks continue from the last target sent, which the arm trails by a few steps.
-    # 30-step chunks, each sent after 10 steps, leave this client 1 s to see those 10 steps
-    # on a loaded machine before the running chunk ends of itself.
-    chunks = constant_delta(row, steps=30) if space == "ee_delta" else joint_ramp(
-        np.append(_state(client).joint_positions[:7], 0.0), [0.005] + [0.0] * 7, steps=30)
-    record = stream_chunks(client, chunks, chunks=3)
+    # 100-step chunks, each sent after 10 steps, leave this client 4.5 s to see those 10
+    # steps before the running chunk ends of itself (CI's loaded machine once took over 1 s);
+    # the last chunk, which runs to its end, is 20 steps.
+    chunks = constant_delta(row, steps=100) if space == "ee_delta" else joint_ramp(
+        np.append(_state(client).joint_positions[:7], 0.0), [0.005] + [0.0] * 7, steps=100)
+    record = stream_chunks(client, chunks, chunks=3, last_steps=20)
     results = [result for _status, result in record.results]
     assert [r.outcome for r in results] == [ExecuteChunk.Result.OUTCOME_CANCELED] * 2 + [
         ExecuteChunk.Result.OUTCOME_COMPLETED], [r.message for r in results]

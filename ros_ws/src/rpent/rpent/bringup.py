@@ -8,7 +8,6 @@ Installed packages add bring-ups of their own the same way (:func:`bringups`).
 """
 from __future__ import annotations
 
-import difflib
 import os
 import shutil
 import time
@@ -17,6 +16,7 @@ from typing import Callable, Optional
 
 from rpent_contract.contributions import BRINGUPS as BRINGUP_GROUP
 from rpent_contract.contributions import ContributionError, contributions
+from rpent_contract.params import did_you_mean
 from rpent_contract.processes import node_executable, ros_args
 from rpent_foxglove.layout import LANGUAGES, layout_file
 
@@ -79,10 +79,7 @@ class Bringup:
         known = {a.name: a.default for a in self.arguments}
         unknown = sorted(set(given) - set(known))
         if unknown:
-            guesses = []
-            for name in unknown:
-                close = difflib.get_close_matches(name, known, n=1)
-                guesses.append(f"{name} (did you mean {close[0]}?)" if close else name)
+            guesses = [name + did_you_mean(name, known) for name in unknown]
             raise ValueError(
                 f"{self.name}: unknown argument(s) {', '.join(guesses)}; this bring-up takes "
                 f"{', '.join(sorted(known))}")

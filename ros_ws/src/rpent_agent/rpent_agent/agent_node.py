@@ -27,7 +27,7 @@ from rclpy.node import Node
 from rclpy.signals import SignalHandlerOptions
 
 from rpent_contract import params
-from rpent_contract.client import RobotClient, signals_held
+from rpent_contract.client import RobotClient, shutdown_executor, signals_held
 from rpent_contract.contributions import ContributionError
 from rpent_contract.driver import names_a_task
 from rpent_contract.processes import node_executable, wait_until
@@ -762,7 +762,7 @@ def main(args=None):
         pass
     finally:
         if executor is not None:
-            executor.shutdown()
+            shutdown_executor(executor)
         if node is not None:
             node.destroy_node()
         rclpy.try_shutdown()

@@ -12,10 +12,11 @@ sees the tool's description, the template and the budget.
 """
 from __future__ import annotations
 
-import difflib
 import string
 from dataclasses import dataclass
 from pathlib import Path
+
+from rpent_contract.params import did_you_mean
 
 MAX_CHUNKS = 200
 _FIELDS = ("description", "instruction", "max_chunks", "model")
@@ -74,10 +75,9 @@ def _skill(name: str, fields) -> Skill:
         raise SkillError(f"{where} must be a mapping of {', '.join(_FIELDS)}")
     for key in fields:
         if key not in _FIELDS:
-            close = difflib.get_close_matches(str(key), _FIELDS, n=1)
             raise SkillError(f"{where}: unknown field '{key}'"
-                             + (f"; did you mean '{close[0]}'?" if close else
-                                f" (fields: {', '.join(_FIELDS)})"))
+                             + (did_you_mean(str(key), _FIELDS, quote=True)
+                                or f" (fields: {', '.join(_FIELDS)})"))
     for key in ("description", "instruction"):
         if not isinstance(fields.get(key), str) or not fields[key].strip():
             raise SkillError(f"{where} needs a non-empty {key}")

@@ -1,5 +1,7 @@
 """Model skills from a YAML file: what a valid file gives the agent, and every mistake
 refused with the skill's name and what to fix."""
+import re
+
 import pytest
 
 from rpent_agent.skills import Skill, SkillError, load_skills
@@ -43,7 +45,7 @@ def test_a_skill_call_without_its_arguments_is_refused(values, why):
 
 @pytest.mark.parametrize("text, why", [
     ("pick:\n  description: d\n  instruction: i\n  max_chunk: 3\n",
-     "skill 'pick': unknown field 'max_chunk'; did you mean 'max_chunks'"),
+     "skill 'pick': unknown field 'max_chunk' (did you mean 'max_chunks'?)"),
     ("pick up:\n  description: d\n  instruction: i\n", "skill 'pick up': a tool name"),
     ("pick:\n  description: d\n", "skill 'pick' needs a non-empty instruction"),
     ("pick:\n  description: d\n  instruction: i\n  max_chunks: 0\n", "max_chunks must be"),
@@ -54,7 +56,7 @@ def test_a_skill_call_without_its_arguments_is_refused(values, why):
     ("pick: [1]\n", "skill 'pick' must be a mapping"),
 ])
 def test_a_skills_file_with_a_mistake_is_refused_with_what_to_fix(tmp_path, text, why):
-    with pytest.raises(SkillError, match=why.replace("(", r"\(")):
+    with pytest.raises(SkillError, match=re.escape(why)):
         load_skills(write(tmp_path, text))
 
 

@@ -68,6 +68,24 @@ class ContractTimeout(TimeoutError):
     """The robot did not answer in time."""
 
 
+def shutdown_executor(executor, timeout: float = 5.0) -> None:
+    """Shut ``executor`` down once the callbacks it has handed to its threads have ended
+    (waiting up to ``timeout`` s), so that neither the shutdown nor destroying its nodes
+    next pulls an entity from under one. A MultiThreadedExecutor's callback ends by waking
+    the executor through a guard condition that Jazzy's ``shutdown`` destroys at once
+    (Humble's waits for running callbacks first); each one cut short prints "The following
+    exception was never retrieved: cannot use Destroyable because destruction was
+    requested" at the process's exit."""
+    for node in executor.get_nodes():
+        executor.remove_node(node)  # no callback is taken from now on
+    # rclpy keeps the callbacks handed to its threads here; no public way to wait for them.
+    handed = getattr(executor, "_futures", [])
+    deadline = time.monotonic() + timeout
+    while any(not task.done() for task in list(handed)) and time.monotonic() < deadline:
+        time.sleep(0.005)
+    executor.shutdown(timeout_sec=timeout)
+
+
 def spin_in_thread(executor, name: str = "spin") -> threading.Thread:
     """Spin ``executor`` on a daemon thread of its own until the executor is shut down.
 
@@ -361,7 +379,7 @@ class RobotClient:
         return self.info(timeout=remaining())
 
     def close(self) -> None:
-        self._executor.shutdown()
+        shutdown_executor(self._executor)
         # A thread still inside rclpy when the interpreter exits aborts the process.
         self._spin.join(5)
         self.node.destroy_node()

@@ -50,13 +50,18 @@ def check_all_known(node) -> None:
     unknown = sorted(name for name in given
                      if name not in declared and not name.startswith("qos_overrides."))
     if unknown:
-        guesses = []
-        for name in unknown:
-            close = difflib.get_close_matches(name, sorted(declared), n=1)
-            guesses.append(f"'{name}'" + (f" (did you mean '{close[0]}'?)" if close else ""))
+        guesses = [f"'{name}'{did_you_mean(name, declared, quote=True)}" for name in unknown]
         raise ParameterError(
             f"{node.get_name()} has no parameter {', '.join(guesses)}: correct the params "
             "file or the -p argument (ROS would ignore it and use the default)")
+
+
+def did_you_mean(name: str, known, quote: bool = False) -> str:
+    """`` (did you mean X?)`` with the name of ``known`` closest to a misspelt ``name``, or
+    nothing when none is close."""
+    close = difflib.get_close_matches(name, sorted(known), n=1)
+    q = "'" if quote else ""
+    return f" (did you mean {q}{close[0]}{q}?)" if close else ""
 
 
 def positive(value) -> Optional[str]:

@@ -93,10 +93,13 @@ def joint_ramp(start, step, space: str = "joint_position", steps: int = 20):
 
 
 def stream_chunks(client, next_chunk, *, chunks: int = 4, switch_after: int = 10,
-                  timeout: float = 60.0) -> StreamRecord:
+                  last_steps: int | None = None, timeout: float = 60.0) -> StreamRecord:
     """Stream ``chunks`` chunks through a :class:`~rpent_contract.client.RobotClient`, each
     sent once the previous one has executed ``switch_after`` steps. ``next_chunk(index,
-    steps executed so far)`` gives each chunk's (rows, control space)."""
+    steps executed so far)`` gives each chunk's (rows, control space); ``last_steps`` keeps
+    only the first rows of the last chunk, the one that runs to its end, so the chunks that
+    are preempted can be long (time for a loaded client to send the next) while the whole
+    motion stays short."""
     from geometry_msgs.msg import PoseStamped
 
     from rpent_contract.control_space import array_to_chunk
@@ -130,8 +133,11 @@ def stream_chunks(client, next_chunk, *, chunks: int = 4, switch_after: int = 10
             with lock:
                 executed = sum(len(s) for s in record.steps)
                 record.steps.append([])
+            rows, space = next_chunk(index, executed)
+            if index + 1 == chunks and last_steps is not None:
+                rows = rows[:last_steps]
             goal = ExecuteChunk.Goal()
-            array_to_chunk(*next_chunk(index, executed), goal.chunk)
+            array_to_chunk(rows, space, goal.chunk)
             runs.append(client.send(EXECUTE_CHUNK_ACTION, goal, feedback=on_step(index)))
             if index + 1 < chunks:
                 with lock:

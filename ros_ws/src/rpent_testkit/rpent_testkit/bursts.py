@@ -17,7 +17,7 @@ from builtin_interfaces.msg import Time
 from std_srvs.srv import Trigger
 from unique_identifier_msgs.msg import UUID
 
-from rpent_contract.client import spin_in_thread
+from rpent_contract.client import shutdown_executor, spin_in_thread
 from rpent_contract.geometry import stamp_to_ns
 from rpent_contract.names import EXECUTE_CHUNK_ACTION, EXECUTED_ACTIONS_TOPIC, STOP_SERVICE
 from rpent_contract.processes import answered_once, wait_until
@@ -136,7 +136,7 @@ class Burst:
                           f"an answer from {client.srv_name}", timeout=self._timeout)
 
     def __exit__(self, *_exc) -> None:
-        self._executor.shutdown()
+        shutdown_executor(self._executor)
         self._thread.join(5)
         for node in self._nodes:
             node.destroy_node()
