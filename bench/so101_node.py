@@ -39,7 +39,8 @@ def percentiles(values_s) -> str:
 def driver_cycles(port: str, cal_dir: str, seconds: float, rate: float):
     from rpent_contract.validation import Workspace
     from rpent_hw.safety import ApprovalGate, SafetyLayer, SafetyLimits
-    from rpent_hw.so101_node import SO101Driver, SO101Settings
+    from rpent_hw.so101.driver import SO101Driver
+    from rpent_hw.so101.settings import SO101Settings
 
     limits = SafetyLimits(Workspace((0.1, -0.3, 0.02), (0.42, 0.3, 0.35)), 0.01, 0.15, 0.3, 1.6)
     driver = SO101Driver(SO101Settings(

@@ -143,7 +143,7 @@ def test_the_3d_view_labels_only_each_arms_base_end_effector_and_cameras(tmp_pat
     import yaml
 
     from rpent_env_sim.libero_sim import panda_urdf
-    from rpent_hw.so101_kinematics import model_path
+    from rpent_hw.so101.kinematics import model_path
 
     franky = Path(importlib.util.find_spec("franky_sim").submodule_search_locations[0])
     urdfs = {"libero_sim": panda_urdf(tmp_path), "franka": franky / "assets" / "fr3.urdf",

@@ -11,8 +11,8 @@ from rpent_contract.extras import EXTRAS, MissingExtra, require
 
 
 @pytest.mark.parametrize("module,executable,extra", [
-    ("franky", "rpent_hw.franka_node", "franka"),
-    ("lerobot", "rpent_hw.so101_node", "so101"),
+    ("franky", "rpent_hw.franka.node", "franka"),
+    ("lerobot", "rpent_hw.so101.node", "so101"),
 ])
 def test_a_node_without_its_extra_names_the_command_that_installs_it(module, executable, extra):
     # ``None`` in sys.modules makes every import of the package fail as if it were absent.

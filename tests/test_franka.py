@@ -384,7 +384,7 @@ def test_a_predict_for_a_franka_that_went_silent_is_refused_with_the_reason(fran
     node refuses to predict from it, saying why."""
     from rpent_am.client import ActionModelClient
     from rpent_am.policy import ModelMeta, PolicyBackend
-    from rpent_hw.franka_node import make_control_spaces
+    from rpent_hw.franka.settings import make_control_spaces
     from rpent_interfaces.action import Predict
     from rpent_testkit.vla_servers import facade, facade_params
 

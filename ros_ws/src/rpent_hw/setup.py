@@ -18,8 +18,8 @@ setup(
     license="Apache-2.0",
     entry_points={
         "console_scripts": [
-            "franka_node = rpent_hw.franka_node:main",
-            "so101_node = rpent_hw.so101_node:main",
+            "franka_node = rpent_hw.franka.node:main",
+            "so101_node = rpent_hw.so101.node:main",
         ],
     },
 )

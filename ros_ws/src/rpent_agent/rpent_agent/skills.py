@@ -16,7 +16,7 @@ import string
 from dataclasses import dataclass
 from pathlib import Path
 
-from rpent_contract.params import did_you_mean
+from rpent_contract.spelling import did_you_mean
 
 MAX_CHUNKS = 200
 _FIELDS = ("description", "instruction", "max_chunks", "model")

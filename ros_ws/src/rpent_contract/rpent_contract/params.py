@@ -1,12 +1,13 @@
 """Declare, type and validate node parameters at start-up, failing with a clear message."""
 from __future__ import annotations
 
-import difflib
 import math
 from typing import Any, Callable, Optional
 
 from rcl_interfaces.msg import ParameterDescriptor
 from rclpy.exceptions import InvalidParameterTypeException
+
+from .spelling import did_you_mean
 
 
 class ParameterError(ValueError):
@@ -54,14 +55,6 @@ def check_all_known(node) -> None:
         raise ParameterError(
             f"{node.get_name()} has no parameter {', '.join(guesses)}: correct the params "
             "file or the -p argument (ROS would ignore it and use the default)")
-
-
-def did_you_mean(name: str, known, quote: bool = False) -> str:
-    """`` (did you mean X?)`` with the name of ``known`` closest to a misspelt ``name``, or
-    nothing when none is close."""
-    close = difflib.get_close_matches(name, sorted(known), n=1)
-    q = "'" if quote else ""
-    return f" (did you mean {q}{close[0]}{q}?)" if close else ""
 
 
 def positive(value) -> Optional[str]:

@@ -13,7 +13,14 @@ from dataclasses import dataclass
 from typing import Callable, Optional
 
 from rpent_contract.control_space import ControlSpaceSpec
-from rpent_contract.driver import Motion, ResetRequest, RobotDriver, RobotSnapshot, TaskInfo
+from rpent_contract.driver import (
+    Motion,
+    ResetRequest,
+    RobotDescription,
+    RobotDriver,
+    RobotSnapshot,
+    TaskInfo,
+)
 
 from .cameras import OpenCVCamera
 from .safety import ApprovalGate, SafetyLayer, Watchdog
@@ -85,6 +92,15 @@ class ArmDriver(RobotDriver):
         # chunk continues from there rather than from the lagging measured state.
         self._handover = None
         self._cameras: dict[str, OpenCVCamera] = {}
+
+    @property
+    def description(self) -> RobotDescription:
+        return self._description
+
+    def snapshot(self) -> RobotSnapshot:
+        """The newest state the arm's thread has read (``_latest``)."""
+        with self._lock:
+            return self._latest
 
     def _open_cameras(self) -> None:
         for name, (source, width, height, intrinsics, lens) in self.settings.cameras.items():

@@ -11,7 +11,8 @@ from rpent_contract.qos import LATCHED_QOS
 from rpent_contract.robot_node import RobotContractNode
 from rpent_contract.serving import service
 
-from .safety import ApprovalGate, SafetyLimits
+from .cameras import declare_camera_mounts, declare_cameras
+from .safety import ApprovalGate, SafetyLimits, declare_approval_gate
 
 
 class ArmNode(RobotContractNode):
@@ -25,6 +26,21 @@ class ArmNode(RobotContractNode):
         self._pending_pub = self.create_publisher(String, PENDING_TOPIC, LATCHED_QOS)
         self._pending = None
         self.create_timer(0.1, lambda: self._publish_pending(gate))
+
+    def declare_arm(self, rate: float, rate_help: str, max_goal_translation: float,
+                    velocity_scale: bool = False) -> tuple:
+        """What every arm declares first: its control rate (Hz, ``rate`` by default), the
+        safety limits, the approval gate and its cameras (``camera_mounts`` put them on tf).
+        Returns (control rate, SafetyLimits, ApprovalGate, cameras)."""
+        d = lambda *a, **k: params.declare(self, *a, **k)  # noqa: E731
+        rate = d("control_rate", rate, rate_help,
+                 lambda v: None if 0 < v <= 200 else "must be in (0, 200] Hz")
+        limits = self.declare_safety_limits(max_goal_translation, velocity_scale)
+        approval = declare_approval_gate(d)
+        cameras = declare_cameras(d)
+        self.camera_mounts = declare_camera_mounts(d, cameras, self._base_link,
+                                                   self.get_logger(), self.external_cameras)
+        return rate, limits, approval, cameras
 
     def declare_safety_limits(self, max_goal_translation: float,
                               velocity_scale: bool = False) -> SafetyLimits:

@@ -76,7 +76,7 @@ def test_sync_write_moves_servos_toward_goal_and_sync_read_reports_it(bus):
 
 
 def test_forward_and_inverse_kinematics_agree():
-    from rpent_hw.so101_kinematics import SO101Kinematics
+    from rpent_hw.so101.kinematics import SO101Kinematics
 
     kin = SO101Kinematics()
     q = np.radians([10.0, -25.0, 35.0, 50.0, 15.0])

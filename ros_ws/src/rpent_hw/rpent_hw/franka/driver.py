@@ -1,45 +1,13 @@
-"""Franka FR3 robot node: the robot contract served through franky (libfranka 0.21).
-
-    ros2 run rpent_hw franka_node --ros-args --params-file config/franka.yaml
-
-Control spaces (every row is one control period, 1 / control_rate s):
-
-* ``ee_delta`` (default, relative): dx, dy, dz in m and a rotation vector drx, dry, drz in
-  rad, all in the base frame (rotations about the end effector), then a gripper command
-  (-1 open, +1 close, 0 keep). Each row moves the commanded pose target.
-* ``joint_position`` (absolute): the seven FR3 joint targets in rad, then the same
-  gripper command.
-
-``execute_chunk`` streams one target per control period as an asynchronous franky
-motion: each new target preempts the previous one, so the arm follows the stream without
-stopping in between. Cancel, ``stop``, a preempting goal and the safety watchdog halt the
-arm with franky's stop motion for the active control signal, within one control period.
-Every motion passes the safety layer (:mod:`rpent_hw.safety`) before anything moves.
-
-A controller PC that misses the arm's 1 kHz deadlines (a loaded machine without a real-time
-kernel) makes the arm abort a valid stream: a ``communication_constraints_violation`` or
-discontinuity reflex, or franky's planner failing ("Motion planner failed with error code
--111"). A chunk recovers from such an error and sends its row again, ``reflex_retries``
-times, with a warning in ``robot_state.errors``. Any other reflex / control exception (a
-collision, a limit) fails the running goal with franky's message, shows in
-``robot_state.errors`` and triggers ``recover_from_errors`` once; if that fails the node
-refuses motions until ``reset`` succeeds in recovering. A lost connection (robot powered
-off, network cut, franky-sim stopped) is reported the same way and retried every second.
-"""
+"""The FR3 through franky: streamed chunks, move_to, the gripper, reset and recovery
+(what :mod:`rpent_hw.franka` describes). Plain Python: the node gives it its settings."""
 from __future__ import annotations
 
-import importlib.util
 import threading
 import time
-from dataclasses import dataclass
-from pathlib import Path
 from typing import Optional
 
 import numpy as np
 
-from rpent_contract import params
-from rpent_contract.control_space import ControlSpaceSpec
-from rpent_contract.extras import require
 from rpent_contract.driver import (
     ChunkOutcome,
     GripperOutcome,
@@ -47,68 +15,29 @@ from rpent_contract.driver import (
     MoveOutcome,
     ResetRequest,
     RobotDescription,
-    RobotDriver,
     RobotSnapshot,
 )
 from rpent_contract.geometry import rotation_angle
-from rpent_contract.robot_node import spin_robot_node
 from rpent_contract.validation import GoalRejected
 
-from .arm_driver import ArmDriver, ArmSettings, connect_within, ee_delta_space
-from .arm_node import ArmNode
-from .cameras import declare_camera_mounts, declare_cameras
-from .safety import SafetyLayer, declare_approval_gate
-
-ARM_JOINTS = tuple(f"fr3_joint{i}" for i in range(1, 8))
-FINGER_JOINTS = ("fr3_finger_joint1", "fr3_finger_joint2")
-# FR3 joint limits (Franka's datasheet), rad.
-JOINT_LOWER = (-2.7437, -1.7837, -2.9007, -3.0421, -2.8065, 0.5445, -3.0159)
-JOINT_UPPER = (2.7437, 1.7837, 2.9007, -0.1518, 2.8065, 4.5169, 3.0159)
-GRIPPER_MAX_WIDTH = 0.08  # m, Franka Hand
-GRIPPER_MAX_FORCE = 70.0  # N, Franka Hand continuous force
-GRIPPER_TOLERANCE = 0.004  # m
-RECONNECT_PERIOD = 1.0  # s
-RECOVERY_STATE_WAIT = 0.05  # s for the arm's state to show a recovery (50 of its cycles)
-# What franky raises when the commands reached the arm late: nothing about the motion
-# itself is wrong, so after recovery the same target can be sent again.
-LATE_STREAM_ERRORS = ("communication_constraints_violation", "motion_generator_velocity_"
-                      "discontinuity", "motion_generator_acceleration_discontinuity",
-                      "Motion planner failed")
+from ..arm_driver import ArmDriver, connect_within
+from .settings import (
+    ARM_JOINTS,
+    FINGER_JOINTS,
+    GRIPPER_MAX_FORCE,
+    GRIPPER_MAX_WIDTH,
+    GRIPPER_TOLERANCE,
+    JOINT_LOWER,
+    JOINT_UPPER,
+    LATE_STREAM_ERRORS,
+    RECONNECT_PERIOD,
+    RECOVERY_STATE_WAIT,
+    FrankaSettings,
+)
 
 
 class RobotFault(RuntimeError):
     """The robot failed during a motion; the message says what happened and what next."""
-
-
-def make_control_spaces(max_translation_step: float, max_rotation_step: float,
-                        max_joint_step: float, frame_id: str) -> list[ControlSpaceSpec]:
-    return [
-        ee_delta_space(max_translation_step, max_rotation_step, frame_id),
-        ControlSpaceSpec(
-            name="joint_position", relative=False,
-            labels=tuple(f"q{i}" for i in range(1, 8)) + ("gripper",),
-            units=("rad",) * 7 + ("1",),
-            lower=JOINT_LOWER + (-1.0,), upper=JOINT_UPPER + (1.0,),
-            max_step_change=(max_joint_step,) * 7 + (2.0,),
-            description="Absolute FR3 joint position targets in rad. Last column: gripper, "
-                        "-1 opens, +1 closes (grasps), 0 keeps."),
-    ]
-
-
-@dataclass(frozen=True)
-class FrankaSettings(ArmSettings):
-    host: str  # FCI address
-    gripper: bool  # a Franka Hand is fitted
-    realtime: str  # "enforce" (PREEMPT_RT kernel) or "ignore"
-    dynamics_factor: float  # franky relative dynamics of every motion, (0, 1]
-    state_rate: float  # Hz the state is read at
-    spaces: tuple  # ControlSpaceSpecs
-    home_joints: tuple  # rad, where reset goes
-    settle_velocity: float  # rad/s below which a motion has ended
-    gripper_speed: float  # m/s
-    gripper_force: float  # N when a goal gives none
-    connect_timeout: float  # s to keep trying to reach the arm at start-up
-    reflex_retries: int  # times per chunk a late-stream error is recovered from
 
 
 class FrankaDriver(ArmDriver):
@@ -266,14 +195,6 @@ class FrankaDriver(ArmDriver):
             return self._latest
 
     # --- RobotDriver ---------------------------------------------------------------------
-    @property
-    def description(self) -> RobotDescription:
-        return self._description
-
-    def snapshot(self) -> RobotSnapshot:
-        with self._lock:
-            return self._latest
-
     def state_in_space(self, space_name: str) -> Optional[np.ndarray]:
         if space_name == "joint_position":
             with self._lock:
@@ -625,17 +546,6 @@ class FrankaDriver(ArmDriver):
         return message
 
 
-def _home_check(value):
-    """home_joints: 7 finite angles inside the FR3's joint limits."""
-    why = params.vector(7)(value)
-    if why:
-        return why
-    outside = [f"joint {i + 1}: {v:g} not in [{lo:g}, {hi:g}]"
-               for i, (v, lo, hi) in enumerate(zip(value, JOINT_LOWER, JOINT_UPPER))
-               if not lo <= v <= hi]
-    return f"outside the FR3 joint limits ({'; '.join(outside)})" if outside else None
-
-
 def _moving(robot) -> bool:
     """Whether a motion is running; raises the error of a motion that failed.
 
@@ -662,81 +572,3 @@ def _errors_clear_within(robot, timeout: float) -> bool:
 def _active_errors(errors) -> list[str]:
     return [name for name in dir(errors) if not name.startswith("_")
             and isinstance(getattr(errors, name), bool) and getattr(errors, name)]
-
-
-class FrankaNode(ArmNode):
-    def __init__(self):
-        # Base frame fr3_link0; the default box keeps the hand above the table in front.
-        super().__init__("franka", default_workspace=((0.25, -0.45, 0.05), (0.80, 0.45, 0.80)),
-                         default_frames=("fr3_link0", "fr3_hand_tcp"))
-
-    def default_robot_description_file(self) -> str:
-        # franky-sim ships Franka's FR3 + Hand URDF (from franka_description); its joint and
-        # link names are the ones this node publishes.
-        spec = importlib.util.find_spec("franky_sim")
-        if spec is None or not spec.submodule_search_locations:
-            return ""
-        path = Path(spec.submodule_search_locations[0]) / "assets" / "fr3.urdf"
-        return str(path) if path.is_file() else ""
-
-    def create_driver(self) -> RobotDriver:
-        require("franka", "the Franka node", "franky")
-        d = lambda *a, **k: params.declare(self, *a, **k)  # noqa: E731
-        rate = d("control_rate", 20.0, "Chunk rate and state publish rate, Hz",
-                 lambda v: None if 0 < v <= 200 else "must be in (0, 200] Hz")
-        limits = self.declare_safety_limits(max_goal_translation=0.5, velocity_scale=True)
-        approval = declare_approval_gate(d)
-        cameras = declare_cameras(d)
-        self.camera_mounts = declare_camera_mounts(d, cameras, self._base_link,
-                                                   self.get_logger(), self.external_cameras)
-        host = d("robot_ip", "172.16.0.2", "Franka control (FCI) address",
-                 lambda v: None if v else "must not be empty")
-        safety_layer = SafetyLayer(limits)
-        driver = FrankaDriver(FrankaSettings(
-            host=host,
-            gripper=d("gripper", True, "Use the Franka Hand"),
-            realtime=d("realtime_mode", "enforce",
-                       "enforce: refuse to run without a realtime kernel (hardware); ignore: "
-                       "run anyway (franky-sim, development)", params.one_of("enforce", "ignore")),
-            dynamics_factor=d("relative_dynamics_factor", 0.2,
-                              "franky relative dynamics factor of every motion",
-                              lambda v: None if 0 < v <= 1 else "must be in (0, 1]"),
-            control_rate=rate,
-            # State is read as often as it is published (publish_rate 0 = the control rate).
-            state_rate=max(rate, self.publish_rate),
-            spaces=tuple(make_control_spaces(
-                self.max_translation_step, self.max_rotation_step,
-                d("max_joint_step", 0.05, "Largest joint change per step of joint_position, rad",
-                  params.positive), self.base_frame)),
-            safety=safety_layer, approval=approval,
-            home_joints=tuple(d("home_joints", [0.0, 0.0, 0.0, -1.57, 0.0, 1.57, 0.785],
-                                "Joint configuration reset moves to, rad", _home_check)),
-            instruction=d("instruction", "", "Task instruction published on task_status"),
-            settle_velocity=d("settle_velocity", 1e-3,
-                              "A motion ends once every joint is slower than this, rad/s",
-                              params.positive),
-            settle_timeout=d("settle_timeout", 3.0, "Longest wait for the arm to come to rest, s",
-                             params.positive),
-            connect_timeout=d("connect_timeout", 15.0, "Keep trying to reach the arm for this "
-                              "long at start-up (it may come up after the node), s",
-                              params.non_negative),
-            reflex_retries=d("reflex_retries", 2, "Times per chunk the arm's abort of a "
-                             "late command stream (communication_constraints_violation, a "
-                             "discontinuity, franky's planner failing) is recovered from and "
-                             "the row sent again; 0 fails the chunk at once",
-                             lambda v: None if v >= 0 else "must be >= 0"),
-            gripper_speed=d("gripper_speed", 0.05, "Finger speed, m/s", params.positive),
-            gripper_force=d("gripper_force", 20.0, "Grasp force when a goal gives none, N",
-                            lambda v: None if 0 < v <= GRIPPER_MAX_FORCE
-                            else f"must be in (0, {GRIPPER_MAX_FORCE:g}] N"),
-            cameras=cameras), self.get_logger())
-        return driver
-
-
-
-def main(args=None):
-    raise SystemExit(spin_robot_node(FrankaNode, args=args))
-
-
-if __name__ == "__main__":
-    main()

