@@ -16,8 +16,8 @@ from typing import Callable, Optional
 
 from rpent_contract.contributions import BRINGUPS as BRINGUP_GROUP
 from rpent_contract.contributions import ContributionError, contributions
-from rpent_contract.spelling import did_you_mean
 from rpent_contract.processes import node_executable, ros_args
+from rpent_contract.spelling import did_you_mean
 from rpent_foxglove.layout import LANGUAGES, layout_file
 
 

@@ -9,7 +9,6 @@ from typing import Callable
 import rclpy
 from rclpy.executors import ExternalShutdownException, MultiThreadedExecutor, SingleThreadedExecutor
 
-from .client import shutdown_executor
 from .params import check_all_known
 
 
@@ -54,7 +53,6 @@ def run_node(make_node: Callable, *, name: str, args=None, num_threads: int = 1,
     finally:
         _ignore_interrupts()
         close(node)
-        shutdown_executor(executor)
         node.destroy_node()
         rclpy.try_shutdown()
     return 0
