@@ -20,9 +20,7 @@ from rpent_contract.geometry import stamp_to_ns
 from rpent_contract.images import image_to_numpy
 from rpent_contract.names import CAMERA_TRIGGER_TOPIC
 from rpent_contract.processes import wait_until
-from rclpy.qos import HistoryPolicy, QoSProfile, ReliabilityPolicy
-
-from rpent_contract.qos import TRIGGER_QOS
+from rpent_contract.qos import EXECUTED_QOS, TRIGGER_QOS
 from rpent_env_sim.libero_sim import LiberoSim
 from rpent_interfaces.msg import RobotState
 
@@ -33,11 +31,6 @@ CAMERAS = ("agentview", "robot0_eye_in_hand")
 FRAME_EVERY = 10  # steps per frame at camera_rate 2 Hz and the 20 Hz control rate
 # Sweeps the hand sideways and down, so the wrist camera's view changes every step.
 ACTIONS = np.array([[0.4, -0.4, -0.1, 0.0, 0.0, 0.3, -1.0]] * 24)
-# The watcher must see every state and frame: a free-running simulator publishes a chunk's
-# states in a burst, and a shallow history loses the oldest while this process is busy (the
-# contract's own subscriptions keep only the newest, which is all a consumer wants).
-EVERY = QoSProfile(history=HistoryPolicy.KEEP_LAST, depth=1000,
-                   reliability=ReliabilityPolicy.RELIABLE)
 
 
 class Watcher:
@@ -47,9 +40,14 @@ class Watcher:
         self.lock = threading.Lock()
         self.states: dict = {}  # stamp -> episode step
         self.frames: dict = {c: {} for c in CAMERAS}  # camera -> stamp -> RGB
-        self.subs = [node.create_subscription(RobotState, "robot_state", self._state, EVERY)]
+        # Every state and frame, with the executed steps' deep history: a free-running
+        # simulator publishes a chunk's states in a burst, and a shallow history loses the
+        # oldest while this process is busy (the contract's own profiles keep the newest).
+        self.subs = [node.create_subscription(RobotState, "robot_state", self._state,
+                                              EXECUTED_QOS)]
         self.subs += [node.create_subscription(
-            Image, f"camera/{c}/image_raw", lambda m, c=c: self._frame(c, m), EVERY)
+            Image, f"camera/{c}/image_raw", lambda m, c=c: self._frame(c, m),
+            EXECUTED_QOS)
             for c in CAMERAS]
 
     def _state(self, msg):

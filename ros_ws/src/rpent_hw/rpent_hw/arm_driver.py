@@ -139,6 +139,14 @@ class ArmDriver(RobotDriver):
             self._handover = None
             return self._fault
 
+    def _move_target(self, position, orientation, position_only: bool) -> tuple:
+        """(the arm's state, the orientation a move_to aims at: the present one when
+        ``position_only``), once the safety layer has allowed the target."""
+        snap = self.snapshot()
+        target_q = snap.ee_orientation.copy() if position_only else orientation
+        self.safety.check_goal_target(snap.ee_position, snap.ee_orientation, position, target_q)
+        return snap, target_q
+
     def _approve(self, what: str, motion: Motion) -> None:
         self.approval.request(what, lambda: motion.stopped)
 

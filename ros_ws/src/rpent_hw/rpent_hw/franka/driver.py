@@ -260,9 +260,7 @@ class FrankaDriver(ArmDriver):
                 max_rotation_step, position_tolerance, orientation_tolerance, max_steps,
                 motion) -> MoveOutcome:
         robot = self._begin(motion)
-        snap = self.snapshot()
-        target_q = snap.ee_orientation.copy() if position_only else orientation
-        self.safety.check_goal_target(snap.ee_position, snap.ee_orientation, position, target_q)
+        snap, target_q = self._move_target(position, orientation, position_only)
         self._approve(f"move_to {np.round(position, 3).tolist()}", motion)
         franky = self._franky
         cmd_p, cmd_q = snap.ee_position, snap.ee_orientation

@@ -343,9 +343,7 @@ class SO101Driver(ArmDriver):
                 max_rotation_step, position_tolerance, orientation_tolerance, max_steps,
                 motion) -> MoveOutcome:
         present = self._begin(motion)
-        snap = self.snapshot()
-        target_q = snap.ee_orientation.copy() if position_only else orientation
-        self.safety.check_goal_target(snap.ee_position, snap.ee_orientation, position, target_q)
+        snap, target_q = self._move_target(position, orientation, position_only)
         seed = np.radians(present[:5])
         _, pos_err, rot_err = self.kin.inverse(position, target_q, seed,
                                                position_only=position_only)
