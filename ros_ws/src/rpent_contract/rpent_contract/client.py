@@ -56,7 +56,7 @@ from .names import (
     VERDICT_ACTION,
 )
 from .perception import detections_from_response
-from .qos import REQUEST_QOS
+from .qos import FEEDBACK_QOS, REQUEST_QOS
 
 STATUS_NAMES = {
     GoalStatus.STATUS_SUCCEEDED: "succeeded", GoalStatus.STATUS_ABORTED: "aborted",
@@ -189,6 +189,7 @@ class ActionClient(_RclpyActionClient):
         for profile in ("goal_service_qos_profile", "result_service_qos_profile",
                         "cancel_service_qos_profile"):
             kwargs.setdefault(profile, REQUEST_QOS)  # a burst of goals is not dropped
+        kwargs.setdefault("feedback_sub_qos_profile", FEEDBACK_QOS)
         super().__init__(*args, **kwargs)
         self._answer_lock = threading.Lock()
 
@@ -222,8 +223,29 @@ class ActionClient(_RclpyActionClient):
         with self._answer_lock:
             return super()._get_result_async(goal_handle)
 
+    def take_data(self):
+        """rclpy's, plus every feedback message already waiting when a result is taken.
+
+        rclpy takes one feedback message per wake-up and forgets a goal's feedback callback
+        once its result is in, so feedback published before the result but still queued (a
+        client busy while a stream's chunks arrived) was dropped: a middle chunk went
+        missing. Taken here, it is delivered before the result."""
+        data = super().take_data()
+        if "result" in data:
+            earlier = [data.pop("feedback")] if "feedback" in data else []
+            while True:
+                message = self._client_handle.take_feedback(
+                    self._action_type.Impl.FeedbackMessage)
+                if message is None:
+                    break
+                earlier.append(message)
+            data["earlier_feedback"] = earlier
+        return data
+
     async def execute(self, taken_data):
         with self._answer_lock:
+            for message in taken_data.pop("earlier_feedback", ()):
+                await super().execute({"feedback": message})
             return await super().execute(taken_data)
 
 

@@ -32,6 +32,11 @@ EXECUTED_QOS = QoSProfile(
     history=HistoryPolicy.KEEP_LAST, depth=1000,
     reliability=ReliabilityPolicy.RELIABLE, durability=DurabilityPolicy.VOLATILE,
 )
+# Action feedback: one topic carries every goal's feedback, so twenty concurrent predict
+# streams put sixty chunks on it at once; rclpy's default (keep last 10, on both ends) lost
+# a stream's middle chunk to a busy client. Each message is a chunk or a step, and a lost one
+# is a chunk never executed or a step missing from a recording.
+FEEDBACK_QOS = EXECUTED_QOS
 
 
 def camera_sub_qos(node, topic: str) -> QoSProfile:

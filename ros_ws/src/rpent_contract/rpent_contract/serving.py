@@ -2,7 +2,7 @@
 
 rclpy's default request queue holds ten: a burst beyond that (a panicking client calling
 ``stop`` fifty times, a policy streaming goals, a cancel among many) was dropped by DDS with
-no answer at all. Every server of the project is created here, with :data:`REQUEST_QOS`.
+no answer at all. Every server of the project is created here, with :data:`REQUEST_QOS`, and its feedback with :data:`FEEDBACK_QOS`.
 """
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import traceback
 
 from rclpy.action import ActionServer
 
-from .qos import REQUEST_QOS
+from .qos import FEEDBACK_QOS, REQUEST_QOS
 
 # How long a finished goal (its request and result) is kept for its client to fetch; our
 # clients ask for the result as soon as a goal is accepted. rclpy's default, 15 min, kept
@@ -23,6 +23,7 @@ RESULT_KEEP_S = 30.0
 
 def action_server(node, action_type, name: str, *, execute_callback, **kwargs) -> ActionServer:
     kwargs.setdefault("result_timeout", RESULT_KEEP_S)
+    kwargs.setdefault("feedback_pub_qos_profile", FEEDBACK_QOS)
     return _CancelsTogether(node, action_type, name,
                             execute_callback=_answering(node, name, action_type,
                                                         execute_callback),
