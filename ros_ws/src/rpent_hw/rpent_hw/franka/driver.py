@@ -4,23 +4,14 @@ from __future__ import annotations
 
 import threading
 import time
-from typing import Optional
+from typing import Callable, NamedTuple, Optional
 
 import numpy as np
 
-from rpent_contract.driver import (
-    ChunkOutcome,
-    GripperOutcome,
-    Motion,
-    MoveOutcome,
-    ResetRequest,
-    RobotDescription,
-    RobotSnapshot,
-)
-from rpent_contract.geometry import rotation_angle
+from rpent_contract.driver import GripperOutcome, Motion, RobotDescription, RobotSnapshot
 from rpent_contract.validation import GoalRejected
 
-from ..arm_driver import ArmDriver, connect_within
+from ..arm_driver import ArmDriver, RobotFault, connect_within
 from .settings import (
     ARM_JOINTS,
     FINGER_JOINTS,
@@ -36,15 +27,21 @@ from .settings import (
 )
 
 
-class RobotFault(RuntimeError):
-    """The robot failed during a motion; the message says what happened and what next."""
+class _Row(NamedTuple):
+    """One row of a chunk as franky takes it."""
+    command: Callable  # () -> the franky motion to the row's target
+    joints: Optional[np.ndarray]  # the row's joint target (rad), None for a Cartesian row
+    gripper: float  # -1 opens, +1 closes, 0 keeps
 
 
 class FrankaDriver(ArmDriver):
-    """An FR3 (or franky-sim) through franky; a thread keeps the latest state. A chunk's
-    hand-over target is (position, quaternion)."""
+    """An FR3 (or franky-sim) through franky; a thread keeps the latest state. A Cartesian
+    chunk's hand-over target is (position, quaternion); a joint chunk continues from the
+    last joint target sent (``_joint_target``)."""
 
     embodiment = "franka_fr3"
+    motion_errors = (Exception,)  # franky's, libfranka's and a lost connection's
+    reset_does = "it recovers from errors and moves the arm to home_joints"
 
     def __init__(self, settings: FrankaSettings, log):
         import franky
@@ -58,6 +55,7 @@ class FrankaDriver(ArmDriver):
         self._dynamics = self.safety.dynamics_factor(settings.dynamics_factor)
         self._state_period = 1.0 / settings.state_rate
         self._home = np.asarray(settings.home_joints, dtype=np.float64)
+        self.home_text = f"home_joints {np.round(self._home, 3).tolist()}"
         self._settle_velocity = settings.settle_velocity
         self._reflex_retries = settings.reflex_retries
         self._gripper_speed, self._gripper_force = settings.gripper_speed, settings.gripper_force
@@ -68,9 +66,10 @@ class FrankaDriver(ArmDriver):
             control_rate=settings.control_rate,
             gripper_max_width=GRIPPER_MAX_WIDTH if settings.gripper else 0.0)
 
-        self._cmd_lock = threading.RLock()  # one command to the arm at a time
         self._sample = threading.Condition(self._lock)
         self._robot = self._gripper = None
+        self._motion_robot = None  # the robot the running motion commands
+        self._retries = 0  # late-stream recoveries the running chunk may still make
         self._gripper_closed: Optional[bool] = None
         # The last joint target a joint chunk sent while the arm may still be on its way
         # there (it trails the stream by a few steps): the next joint chunk continues from
@@ -188,7 +187,7 @@ class FrankaDriver(ArmDriver):
             self._latest = snap
             self._sample.notify_all()
 
-    def _next_sample(self, timeout: float) -> RobotSnapshot:
+    def _next_sample(self, timeout: float = 1.0) -> RobotSnapshot:
         with self._sample:
             before = self._latest
             self._sample.wait_for(lambda: self._latest is not before, timeout)
@@ -203,103 +202,124 @@ class FrankaDriver(ArmDriver):
             return np.append(q, 0.0)
         return None
 
-    def execute_chunk(self, space, actions, motion, stop_on_success) -> ChunkOutcome:
-        handover, joint_target = self._handover, self._joint_target
-        robot = self._begin(motion)
+    # --- the motion hooks ----------------------------------------------------------------
+    def _begin(self, motion: Motion):
+        """The robot for a new motion, or a refusal saying why there is none."""
+        fault, robot = self._claim(motion), self._robot
+        if robot is None:
+            raise GoalRejected(fault or f"not connected to the Franka at {self._host}")
+        if fault:
+            raise GoalRejected(f"{fault}")
+        self._motion_robot = robot
+        return robot
+
+    def _chunk_rows(self, space, actions, robot, handover) -> tuple:
+        franky, dynamics = self._franky, self._dynamics
         snap = self.snapshot()
-        franky = self._franky
-        positions = quats = None
+        self._retries = self._reflex_retries
         if space.name == "ee_delta":
-            self._joint_target = None
+            with self._lock:
+                self._joint_target = None
             start = handover or (snap.ee_position, snap.ee_orientation)
             positions, quats = self.safety.integrate_deltas(*start, actions[:, :6])
+            rows = [_Row(lambda p=p, q=q: franky.CartesianMotion(
+                franky.Affine(p, q), franky.ReferenceType.Absolute,
+                relative_dynamics_factor=dynamics), None, g)
+                for p, q, g in zip(positions, quats, actions[:, -1])]
+            return rows, list(zip(positions, quats))
+        with self._lock:
+            joint_target = self._joint_target
+        start_q = joint_target if joint_target is not None else snap.joint_positions[:7]
+        self.safety.check_joint_path(start_q, actions[:, :7], JOINT_LOWER,
+                                     JOINT_UPPER, np.asarray(space.max_step_change[:7]))
+        rows = [_Row(lambda q=q: franky.JointMotion(q, franky.ReferenceType.Absolute,
+                                                    relative_dynamics_factor=dynamics),
+                     q.copy(), g) for q, g in zip(actions[:, :7], actions[:, -1])]
+        return rows, None
 
-            def command(i):
-                return franky.CartesianMotion(
-                    franky.Affine(positions[i], quats[i]), franky.ReferenceType.Absolute,
-                    relative_dynamics_factor=self._dynamics)
-        else:
-            start_q = joint_target if joint_target is not None else snap.joint_positions[:7]
-            self.safety.check_joint_path(start_q, actions[:, :7], JOINT_LOWER,
-                                         JOINT_UPPER, np.asarray(space.max_step_change[:7]))
-
-            def command(i):
-                return franky.JointMotion(actions[i, :7], franky.ReferenceType.Absolute,
-                                          relative_dynamics_factor=self._dynamics)
-        self._approve(f"execute_chunk: {len(actions)} steps in {space.name}", motion)
-        done, retries = 0, [self._reflex_retries]
-        try:
-            self._halt_other_signal(robot, franky.ControlSignalType.CartesianPose
-                                    if positions is not None
-                                    else franky.ControlSignalType.JointPositions)
-            self.watchdog.arm()
+    def _send_row(self, row: _Row, motion: Motion) -> bool:
+        """A late-stream error is recovered from and the row sent again while the chunk's
+        ``reflex_retries`` last; any other failure of the motion raises."""
+        robot, franky = self._motion_robot, self._franky
+        while True:
             try:
-                t_next = time.monotonic()
-                for i in range(len(actions)):
-                    t_next = self._stream_row(robot, lambda: command(i), actions[i],
-                                              positions is None, motion, t_next, retries)
-                    if t_next is None:
-                        break
-                    done += 1
-                    motion.feedback(self._counted(self.snapshot()), i)
-            finally:
-                self.watchdog.disarm()
-            # The last target is still being approached: a chunk that takes over now
-            # continues from it, otherwise the arm comes to rest there.
-            if done and positions is not None:
-                with self._lock:
-                    self._handover = (positions[done - 1], quats[done - 1])
-            deadline = time.monotonic() + max(1.0, self._settle_timeout)
-            while not motion.stopped and _moving(robot) and time.monotonic() < deadline:
-                motion.wait(self._period / 4)
-        except Exception as err:
-            return ChunkOutcome(done, self.snapshot(), fault=self._on_fault(err, "execute_chunk"))
-        return ChunkOutcome(done, self._finish(motion))
-
-    def move_to(self, position, orientation, *, position_only, max_translation_step,
-                max_rotation_step, position_tolerance, orientation_tolerance, max_steps,
-                motion) -> MoveOutcome:
-        robot = self._begin(motion)
-        snap, target_q = self._move_target(position, orientation, position_only)
-        self._approve(f"move_to {np.round(position, 3).tolist()}", motion)
-        franky = self._franky
-        cmd_p, cmd_q = snap.ee_position, snap.ee_orientation
-        steps, reached = 0, False
-        pos_err = rot_err = float("inf")
-        try:
-            self._halt_other_signal(robot, franky.ControlSignalType.CartesianPose)
-            t_next = time.monotonic()
-            while steps < max_steps:
+                self._halt_other_signal(robot, franky.ControlSignalType.CartesianPose
+                                        if row.joints is None
+                                        else franky.ControlSignalType.JointPositions)
                 with self._cmd_lock:
                     if motion.stopped:
-                        break
-                    if not (np.allclose(cmd_p, position) and np.allclose(cmd_q, target_q)):
-                        # Each target at most one safety step beyond the last one.
-                        cmd_p, cmd_q = self.safety.clip_step(cmd_p, cmd_q, position, target_q,
-                                                             max_translation_step,
-                                                             max_rotation_step)
-                        robot.move(franky.CartesianMotion(
-                            franky.Affine(cmd_p, cmd_q), franky.ReferenceType.Absolute,
-                            relative_dynamics_factor=self._dynamics), asynchronous=True)
-                t_next = self._tick(t_next)
-                moving = _moving(robot)
-                snap = self.snapshot()
-                motion.feedback(snap, steps)
-                steps += 1
-                pos_err = float(np.linalg.norm(snap.ee_position - position))
-                rot_err = rotation_angle(snap.ee_orientation, target_q)
-                if pos_err <= position_tolerance and rot_err <= orientation_tolerance \
-                        and not moving:
-                    reached = True
-                    break
-        except Exception as err:
-            return MoveOutcome(False, self.snapshot(), pos_err, rot_err, steps,
-                               self._on_fault(err, "move_to"))
-        snap = self._finish(motion)
-        pos_err = float(np.linalg.norm(snap.ee_position - position))
-        rot_err = rotation_angle(snap.ee_orientation, target_q)
-        reached = reached or (pos_err <= position_tolerance and rot_err <= orientation_tolerance)
-        return MoveOutcome(reached, snap, pos_err, rot_err, steps)
+                        return False
+                    robot.move(row.command(), asynchronous=True)
+                    if row.joints is not None:
+                        with self._lock:
+                            self._joint_target = row.joints
+                    self._gripper_action(row.gripper)
+                self._tick(motion)
+                robot.poll_motion()  # raises the reflex / control error of a failed motion
+                return True
+            except Exception as err:
+                if self._retries <= 0 or motion.stopped or \
+                        not any(e in str(err) for e in LATE_STREAM_ERRORS):
+                    raise
+                self._retries -= 1
+                self._resume_after(robot, err)
+                self._t_next = time.monotonic()
+
+    def _after_stream(self, motion: Motion) -> None:
+        """The last target is still being approached: a chunk that takes over now continues
+        from it, otherwise the arm comes to rest there."""
+        deadline = time.monotonic() + max(1.0, self._settle_timeout)
+        while not motion.stopped and _moving(self._motion_robot) and \
+                time.monotonic() < deadline:
+            motion.wait(self._period / 4)
+
+    def _move_toward(self, waypoint, new, position_only) -> bool:
+        robot, franky = self._motion_robot, self._franky
+        self._halt_other_signal(robot, franky.ControlSignalType.CartesianPose)
+        if new:
+            robot.move(franky.CartesianMotion(
+                franky.Affine(*waypoint), franky.ReferenceType.Absolute,
+                relative_dynamics_factor=self._dynamics), asynchronous=True)
+        return True  # franky plans the way to each target itself
+
+    def _wait_period(self, motion: Motion) -> None:
+        self._tick(motion)
+        self._motion_robot.poll_motion()  # raises the error of a motion that failed
+
+    def _at_rest(self, snap: RobotSnapshot) -> bool:
+        return not _moving(self._motion_robot)
+
+    def _recover(self) -> None:
+        robot = self._robot
+        if robot is None:
+            raise RobotFault(self._fault or "not connected to the robot")
+        if self._fault or robot.has_errors:
+            if not robot.recover_from_errors():
+                raise RobotFault("recover_from_errors failed: clear the cause (e-stop, "
+                                 "collision, joint limit) in Desk and call reset again")
+        with self._lock:
+            self._fault = ""
+
+    def _home_rows(self, robot):
+        return self._home  # franky plans the joint motion there
+
+    def _go_home(self, home, motion: Motion) -> None:
+        robot = self._motion_robot
+        # A chunk's last Cartesian target may still be approached, and franky refuses to
+        # switch control signal while a motion runs.
+        self._halt(robot)
+        with self._cmd_lock:
+            if motion.stopped:
+                return
+            robot.move(self._franky.JointMotion(home, relative_dynamics_factor=self._dynamics),
+                       asynchronous=True)
+        # Asynchronous, and the command lock is not held meanwhile: stop, cancel and a
+        # newer goal halt the arm on the way within a control period.
+        step, self._t_next = 0, time.monotonic()
+        while _moving(robot) and not motion.stopped:
+            self._tick(motion)
+            motion.feedback(self.snapshot(), step)
+            step += 1
 
     def gripper(self, width, max_effort, motion) -> GripperOutcome:
         self._begin(motion)
@@ -319,12 +339,12 @@ class FrankaDriver(ArmDriver):
                                              epsilon_outer=max(start - width, GRIPPER_TOLERANCE))
             else:
                 future = gripper.move_async(width, self._gripper_speed)
-            steps, t_next = 0, time.monotonic()
+            steps, self._t_next = 0, time.monotonic()
             while not future.wait(0):
                 if motion.stopped:
                     gripper.stop()
                     break
-                t_next = self._tick(t_next)
+                self._tick()
                 motion.feedback(self.snapshot(), steps)
                 steps += 1
             ok = bool(future.get()) if not motion.stopped else False
@@ -349,86 +369,12 @@ class FrankaDriver(ArmDriver):
         if robot is not None:
             self._halt(robot)
 
-    def reset(self, request: ResetRequest, motion: Motion) -> Optional[RobotSnapshot]:
-        self._refuse_task_fields(request, "it recovers from errors and moves the arm to "
-                                          "home_joints")
-        if self._robot is None:
-            raise RobotFault(self._fault or "not connected to the robot")
-        robot = self._robot
-        if self._fault or robot.has_errors:
-            if not robot.recover_from_errors():
-                raise RobotFault("recover_from_errors failed: clear the cause (e-stop, "
-                                 "collision, joint limit) in Desk and call reset again")
-        with self._lock:
-            self._fault = self._notice = ""
-            self._active_motion = motion  # the watchdog and stop reach it like any motion
-        self._approve(f"reset: move to home_joints {np.round(self._home, 3).tolist()}", motion)
-        # A chunk's last Cartesian target may still be approached, and franky refuses to
-        # switch control signal while a motion runs.
-        self._halt(robot)
-        with self._cmd_lock:
-            if motion.stopped:
-                return None
-            robot.move(self._franky.JointMotion(self._home, relative_dynamics_factor=self._dynamics),
-                       asynchronous=True)
-        # Asynchronous, and the command lock is not held meanwhile: stop, cancel and a
-        # newer goal halt the arm on the way within a control period.
-        step, t_next = 0, time.monotonic()
-        while _moving(robot) and not motion.stopped:
-            t_next = self._tick(t_next, motion)
-            motion.feedback(self.snapshot(), step)
-            step += 1
-        if motion.stopped:
-            self._halt(robot)
-            self._settle()  # the result says "halted": at rest, not still decelerating
-            return None
-        self._settle(motion)
-        self._new_episode()
-        return self._next_sample(1.0)
-
     def close(self) -> None:
         super().close()
         with self._lock:
             self._robot = self._gripper = None
 
     # --- motion helpers ------------------------------------------------------------------
-    def _begin(self, motion: Motion):
-        """The robot for a new motion, or a refusal saying why there is none."""
-        fault, robot = self._claim(motion), self._robot
-        if robot is None:
-            raise GoalRejected(fault or f"not connected to the Franka at {self._host}")
-        if fault:
-            raise GoalRejected(f"{fault}")
-        return robot
-
-    def _stream_row(self, robot, command, row, joint_row: bool, motion: Motion, t_next: float,
-                    retries: list) -> Optional[float]:
-        """Send a chunk's row and wait out its control period; the next period's deadline,
-        or None when the motion was stopped before the row was sent. A late-stream error is
-        recovered from and the row sent again while ``retries[0]`` lasts; any other failure
-        of the motion raises."""
-        while True:
-            try:
-                with self._cmd_lock:
-                    if motion.stopped:
-                        return None
-                    robot.move(command(), asynchronous=True)
-                    if joint_row:
-                        with self._lock:
-                            self._joint_target = row[:7].copy()
-                    self._gripper_action(row[-1])
-                self.watchdog.feed()
-                t_next = self._tick(t_next, motion)
-                robot.poll_motion()  # raises the reflex / control error of a failed motion
-                return t_next
-            except Exception as err:
-                if retries[0] <= 0 or motion.stopped or \
-                        not any(e in str(err) for e in LATE_STREAM_ERRORS):
-                    raise
-                retries[0] -= 1
-                self._resume_after(robot, err)
-                t_next = time.monotonic()
-
     def _resume_after(self, robot, err: Exception) -> None:
         """Recover from a late-stream error (raising it again if recovery fails) and say so
         in robot_state.errors until the next goal."""
@@ -442,19 +388,6 @@ class FrankaDriver(ArmDriver):
         self._log.warning(message)
         with self._lock:
             self._notice = message
-
-    def _tick(self, t_next: float, motion: Optional[Motion] = None) -> float:
-        """Wait out the control period (less when ``motion`` is stopped meanwhile: a
-        chunk taking over must not leave the arm to reach its last target and dwell
-        there); count it as an episode step."""
-        t_next += self._period
-        if motion is None:
-            time.sleep(max(0.0, t_next - time.monotonic()))
-        else:
-            motion.wait(max(0.0, t_next - time.monotonic()))
-        with self._lock:
-            self._episode_step += 1
-        return t_next
 
     def _gripper_action(self, value: float) -> None:
         """Chunk gripper column: start a grasp / open when the command flips."""

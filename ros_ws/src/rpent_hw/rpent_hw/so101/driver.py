@@ -11,20 +11,11 @@ from typing import Optional
 
 import numpy as np
 
-from rpent_contract.driver import (
-    ChunkOutcome,
-    GripperOutcome,
-    Motion,
-    MoveOutcome,
-    ResetRequest,
-    RobotDescription,
-    RobotSnapshot,
-)
-from rpent_contract.geometry import rotation_angle
+from rpent_contract.driver import GripperOutcome, Motion, RobotDescription, RobotSnapshot
 from rpent_contract.validation import GoalRejected
 
-from ..arm_driver import ArmDriver, connect_within
-from ..safety import SafetyLayer, SafetyRejected
+from ..arm_driver import ArmDriver, RobotFault, connect_within
+from ..safety import SafetyRejected
 from .kinematics import ARM_JOINTS, SO101Kinematics
 from .settings import (
     ACTION_KEYS,
@@ -34,10 +25,6 @@ from .settings import (
     SO101Settings,
     make_control_spaces,
 )
-
-
-class RobotFault(RuntimeError):
-    """The arm failed during a motion; the message says what happened and what next."""
 
 
 def calibration_command(port: str, robot_id: str, calibration_dir: str) -> str:
@@ -122,6 +109,7 @@ class SO101Driver(ArmDriver):
     chunk's hand-over target is its last row in LeRobot units."""
 
     embodiment = "so101_follower"
+    keeps_orientation = False  # five joints: a position-only target leaves it to the IK
 
     def __init__(self, settings: SO101Settings, log):
         super().__init__(settings, log)
@@ -143,6 +131,7 @@ class SO101Driver(ArmDriver):
         self.kin.lower = np.maximum(self.kin.lower, np.radians(cal_lo))
         self.kin.upper = np.minimum(self.kin.upper, np.radians(-cal_lo))
         self._home = np.asarray(settings.home, float)
+        self.home_text = f"home {self._home.tolist()}"
         home_q = np.radians(self._home[:5])
         if np.any(home_q < self.kin.lower) or np.any(home_q > self.kin.upper):
             self._robot.disconnect()
@@ -162,6 +151,10 @@ class SO101Driver(ArmDriver):
         self._cycles = 0
         self._target: Optional[np.ndarray] = None  # LeRobot units; None = write nothing
         self._hold_here = False  # next cycle: the target becomes what that cycle reads
+        # A move_to's joint command, the joint solution of its waypoint (rad) and the gripper
+        # it keeps (LeRobot units).
+        self._q_cmd = self._q_way = np.zeros(5)
+        self._move_gripper = 0.0
         self.cycle_times: list[float] = []  # s per read+write cycle, for the bench
         try:
             self._open_cameras()
@@ -175,7 +168,6 @@ class SO101Driver(ArmDriver):
         # paths were checked as Cartesian targets before the IK and only need the joint
         # checks (their poses differ from the targets by the IK residual or, for
         # orientations a 5-joint arm cannot take, by more).
-        self._joint_safety = SafetyLayer(self.safety.limits)
         self.safety.forward_kinematics = self.kin.forward
         self._last_answer = time.monotonic()  # of the last bus cycle the servos answered
         self._start(self._bus_loop, "so101-bus")
@@ -299,9 +291,16 @@ class SO101Driver(ArmDriver):
                 return self._present.copy()
         return None
 
-    def execute_chunk(self, space, actions, motion, stop_on_success) -> ChunkOutcome:
-        handover = self._handover
-        present = self._begin(motion)
+    # --- the motion hooks ----------------------------------------------------------------
+    def _begin(self, motion: Motion) -> np.ndarray:
+        """Present LeRobot readings for a new motion, or a refusal saying why not."""
+        fault = self._claim(motion)
+        if fault:
+            raise GoalRejected(fault)
+        with self._lock:
+            return self._present.copy()
+
+    def _chunk_rows(self, space, actions, present, handover) -> tuple:
         snap = self.snapshot()
         start = (self.kin.forward(np.radians(handover[:5])) if handover is not None
                  else (snap.ee_position, snap.ee_orientation))
@@ -317,73 +316,66 @@ class SO101Driver(ArmDriver):
         layer.check_joint_path(np.radians(present[:5]), q_path, self.kin.lower, self.kin.upper,
                                [self._max_joint_step] * 5)
         targets = np.column_stack([np.degrees(q_path), gripper])
-        self._approve(f"execute_chunk: {len(actions)} steps in {space.name}", motion)
-        done = 0
-        try:
-            self.watchdog.arm()
-            try:
-                for row in targets:
-                    if motion.stopped:
-                        break
-                    self._command(row)
-                    snap = self._next_cycle()
-                    self.watchdog.feed()
-                    done += 1
-                    motion.feedback(self._counted(snap), done - 1)
-            finally:
-                self.watchdog.disarm()
-        except RobotFault as err:
-            return ChunkOutcome(done, self.snapshot(), fault=f"execute_chunk: {err}")
-        if done:
-            with self._lock:
-                self._handover = targets[done - 1]
-        return ChunkOutcome(done, self._finish(motion))
+        return targets, targets
 
-    def move_to(self, position, orientation, *, position_only, max_translation_step,
-                max_rotation_step, position_tolerance, orientation_tolerance, max_steps,
-                motion) -> MoveOutcome:
-        present = self._begin(motion)
-        snap, target_q = self._move_target(position, orientation, position_only)
+    def _send_row(self, row: np.ndarray, motion: Motion) -> bool:
+        with self._cmd_lock:
+            if motion.stopped:
+                return False
+            self._command(row)
+        self._next_cycle()
+        return True
+
+    def _check_move(self, present, position, orientation, position_only,
+                    orientation_tolerance) -> None:
         seed = np.radians(present[:5])
-        _, pos_err, rot_err = self.kin.inverse(position, target_q, seed,
+        _, pos_err, rot_err = self.kin.inverse(position, orientation, seed,
                                                position_only=position_only)
-        self._check_reachable(position, pos_err, rot_err, orientation_tolerance, position_only)
-        self._approve(f"move_to {np.round(position, 3).tolist()}", motion)
-        # Waypoints at most one Cartesian step apart; each waypoint's joint solution is
-        # approached at most max_joint_step per period on every joint.
-        cmd_p, cmd_o, q_cmd = snap.ee_position, snap.ee_orientation, seed
-        q_way = seed
-        steps, reached = 0, False
-        try:
-            while steps < max_steps and not motion.stopped:
-                if np.allclose(q_cmd, q_way) and not (np.allclose(cmd_p, position)
-                                                      and np.allclose(cmd_o, target_q)):
-                    cmd_p, cmd_o = self.safety.clip_step(cmd_p, cmd_o, position, target_q,
-                                                         max_translation_step, max_rotation_step)
-                    q_way, _, _ = self.kin.inverse(cmd_p, cmd_o, q_cmd,
-                                                   position_only=position_only)
-                delta = q_way - q_cmd
-                q_cmd = q_cmd + delta * min(1.0, self._max_joint_step / max(
-                    float(np.abs(delta).max()), 1e-12))
-                self._command(np.append(np.degrees(q_cmd), present[5]))
-                snap = self._next_cycle()
-                motion.feedback(snap, steps)
-                steps += 1
-                pos_err = float(np.linalg.norm(snap.ee_position - position))
-                rot_err = 0.0 if position_only else rotation_angle(snap.ee_orientation, target_q)
-                if pos_err <= position_tolerance and rot_err <= orientation_tolerance \
-                        and np.max(np.abs(snap.joint_velocities)) < math.radians(1.0):
-                    reached = True
-                    break
-        except RobotFault as err:
-            return MoveOutcome(False, self.snapshot(), pos_err, rot_err, steps,
-                               f"move_to stopped: {err}")
-        snap = self._finish(motion, hold=True)
-        pos_err = float(np.linalg.norm(snap.ee_position - position))
-        rot_err = 0.0 if position_only else rotation_angle(snap.ee_orientation, target_q)
-        reached = bool(reached or (pos_err <= position_tolerance
-                                   and rot_err <= orientation_tolerance))
-        return MoveOutcome(reached, snap, pos_err, rot_err, steps)
+        if pos_err > self._ik_tolerance:
+            raise SafetyRejected(
+                f"the SO-101 cannot reach {np.round(position, 3).tolist()} m (closest "
+                f"{pos_err * 1000:.1f} mm away); choose a target within its reach")
+        if not position_only and rot_err > orientation_tolerance:
+            raise SafetyRejected(
+                f"the 5-joint SO-101 cannot take that orientation at that position (closest "
+                f"is {rot_err:.3f} rad away, orientation_tolerance {orientation_tolerance:g}); "
+                "send position_only, or an orientation it can reach there")
+        self._q_cmd = self._q_way = seed
+        self._move_gripper = present[5]
+
+    def _move_toward(self, waypoint, new, position_only) -> bool:
+        """Each waypoint's joint solution is approached at most max_joint_step per period
+        on every joint."""
+        if new:
+            self._q_way, _, _ = self.kin.inverse(*waypoint, self._q_cmd,
+                                                 position_only=position_only)
+        delta = self._q_way - self._q_cmd
+        self._q_cmd = self._q_cmd + delta * min(1.0, self._max_joint_step / max(
+            float(np.abs(delta).max()), 1e-12))
+        self._command(np.append(np.degrees(self._q_cmd), self._move_gripper))
+        return bool(np.allclose(self._q_cmd, self._q_way))
+
+    def _wait_period(self, motion: Motion) -> None:
+        self._next_cycle()
+
+    def _at_rest(self, snap: RobotSnapshot) -> bool:
+        return bool(np.max(np.abs(snap.joint_velocities)) < math.radians(1.0))
+
+    def _home_rows(self, present) -> np.ndarray:
+        """Joint-space interpolation, at most max_joint_step per period on every joint,
+        held to the joint limits and step size."""
+        span = np.abs(np.radians(self._home[:5] - present[:5])).max()
+        n = max(1, int(math.ceil(span / self._max_joint_step)))
+        path = np.array([present + (self._home - present) * i / n for i in range(1, n + 1)])
+        self._joint_safety.check_joint_path(np.radians(present[:5]), np.radians(path[:, :5]),
+                                            self.kin.lower, self.kin.upper,
+                                            [self._max_joint_step] * 5)
+        return path
+
+    def _go_home(self, rows, motion: Motion) -> None:
+        _done, err = self._stream(rows, motion)
+        if err is not None:
+            raise err
 
     def gripper(self, width, max_effort, motion) -> GripperOutcome:
         # The STS3215 has no force control: max_effort cannot be honoured and is ignored.
@@ -429,37 +421,11 @@ class SO101Driver(ArmDriver):
         return GripperOutcome(snap.gripper_width, reached, stalled, snap, message=message)
 
     def hold(self) -> None:
-        with self._lock:
+        with self._cmd_lock, self._lock:
             self._handover = None
             # Where the servos are at the next read, not at the last one: moving, they are
             # up to a control step past that, and holding there would send them back.
             self._hold_here = self._target is not None
-
-    def reset(self, request: ResetRequest, motion: Motion) -> Optional[RobotSnapshot]:
-        self._refuse_task_fields(request, "it moves the arm to home")
-        start = self._begin(motion)
-        # Joint-space interpolation, at most max_joint_step per period on every joint.
-        span = np.abs(np.radians(self._home[:5] - start[:5])).max()
-        n = max(1, int(math.ceil(span / self._max_joint_step)))
-        path = np.array([start + (self._home - start) * i / n for i in range(1, n + 1)])
-        # Joint limits and step size; not the workspace box, which would refuse the way home
-        # from a pose outside it, when a reset is needed most.
-        self._joint_safety.check_joint_path(np.radians(start[:5]), np.radians(path[:, :5]),
-                                            self.kin.lower, self.kin.upper,
-                                            [self._max_joint_step] * 5)
-        self._approve(f"reset: move to home {self._home.tolist()}", motion)
-        for step, row in enumerate(path):
-            if motion.stopped:
-                self.hold()
-                return None
-            self._command(row)
-            motion.feedback(self._next_cycle(), step)
-        self._settle(motion)
-        if motion.stopped:
-            self.hold()
-            return None
-        self._new_episode()
-        return self._next_sample()
 
     def close(self) -> None:
         super().close()
@@ -470,14 +436,6 @@ class SO101Driver(ArmDriver):
             self._robot.bus.port_handler.closePort()
 
     # --- helpers -------------------------------------------------------------------------------
-    def _begin(self, motion: Motion) -> np.ndarray:
-        """Present LeRobot readings for a new motion, or a refusal saying why not."""
-        fault = self._claim(motion)
-        if fault:
-            raise GoalRejected(fault)
-        with self._lock:
-            return self._present.copy()
-
     def _solve_path(self, positions, quats, seed) -> np.ndarray:
         """Joint angles (rad) for each waypoint, refusing the first the arm cannot reach."""
         path, q = [], seed
@@ -490,18 +448,6 @@ class SO101Driver(ArmDriver):
                     f"{self._ik_tolerance * 1000:g} mm); keep targets within its reach")
             path.append(q)
         return np.array(path)
-
-    def _check_reachable(self, position, pos_err, rot_err, orientation_tolerance,
-                         position_only) -> None:
-        if pos_err > self._ik_tolerance:
-            raise SafetyRejected(
-                f"the SO-101 cannot reach {np.round(position, 3).tolist()} m (closest "
-                f"{pos_err * 1000:.1f} mm away); choose a target within its reach")
-        if not position_only and rot_err > orientation_tolerance:
-            raise SafetyRejected(
-                f"the 5-joint SO-101 cannot take that orientation at that position (closest "
-                f"is {rot_err:.3f} rad away, orientation_tolerance {orientation_tolerance:g}); "
-                "send position_only, or an orientation it can reach there")
 
     def _gripper_column(self, column: np.ndarray, start: float) -> np.ndarray:
         """-1 / +1 / 0 per step -> gripper targets 100 (open) / 0 (closed) / keep."""
