@@ -14,8 +14,10 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable, Optional
 
+from rpent_agent.settings import AgentSettings
 from rpent_contract.contributions import BRINGUPS as BRINGUP_GROUP
 from rpent_contract.contributions import ContributionError, contributions
+from rpent_contract.params import parameters_of
 from rpent_contract.processes import node_executable, ros_args
 from rpent_contract.spelling import did_you_mean
 from rpent_foxglove.layout import LANGUAGES, layout_file
@@ -128,32 +130,42 @@ def run_dir(args: dict) -> str:
 
 
 # --- shared pieces ------------------------------------------------------------------------
+def launch_value(value) -> str:
+    """A parameter's value as a launch argument writes it."""
+    return str(value).lower() if isinstance(value, bool) else str(value)
+
+
+def agent_argument(name: str, help: str) -> Argument:
+    """The argument that sets the agent's parameter ``name``, at the agent's own default."""
+    return Argument(name, launch_value(parameters_of(AgentSettings)[name][0]), help)
+
+
 AGENT_ARGS = (
     Argument("planner", "", "scripted | api | mcp | claude_code | codex; empty: api if "
              "model set, else scripted"),
-    Argument("model", "", "provider:model for api, e.g. anthropic:claude-sonnet-5"),
-    Argument("base_url", "", "the provider's endpoint for api: a proxy, or an "
-                             "OpenAI-compatible server (Ollama, vLLM)"),
-    Argument("instruction", "", "what to do; empty: the task's own instruction"),
+    agent_argument("model", "provider:model for api, e.g. anthropic:claude-sonnet-5"),
+    agent_argument("base_url", "the provider's endpoint for api: a proxy, or an "
+                               "OpenAI-compatible server (Ollama, vLLM)"),
+    agent_argument("instruction", "what to do; empty: the task's own instruction"),
     Argument("serve", "false", "true: a session: everything stays up and runs come and go "
                                "through agent/start_run and agent/cancel_run (the dashboard's "
                                "buttons, rpent task start|cancel), each in a folder of its "
                                "own; Ctrl-C ends it"),
-    Argument("max_turns", "30", "model turns before the run ends as max_turns"),
-    Argument("output_dir", "runs", "where run folders are created"),
-    Argument("run_dir", "", "use this run folder instead of a new one under output_dir"),
+    agent_argument("max_turns", "model turns before the run ends as max_turns"),
+    agent_argument("output_dir", "where run folders are created"),
+    agent_argument("run_dir", "use this run folder instead of a new one under output_dir"),
+    # A bring-up's agent keeps what it learns; the node alone starts from nothing each run.
     Argument("memory_dir", "auto", "the agent's memory: auto (lasting, per robot and task "
                                    "suite, under ~/.local/share/rpent/memory) | a folder | "
                                    "empty: the run folder's own"),
-    Argument("skills_file", "", "YAML of model skills: tools that run the action model on an "
-                                "instruction template"),
-    Argument("mcp_port", "8766", "TCP port of the MCP server (planner:=mcp, claude_code, "
-             "codex)"),
-    Argument("policy_mode", "tools", "tools | code: the model writes Python that calls the "
-                                     "tools as robo.<tool>(...) (run_code)"),
-    Argument("plan_file", "", "scripted planner: YAML/JSON list of tool calls to run instead "
-                              "of its pick-and-place heuristic"),
-    Argument("policy_chunks", "80", "scripted planner: chunks the action model may execute "
+    agent_argument("skills_file", "YAML of model skills: tools that run the action model on "
+                                  "an instruction template"),
+    agent_argument("mcp_port", "TCP port of the MCP server (planner:=mcp, claude_code, codex)"),
+    agent_argument("policy_mode", "tools | code: the model writes Python that calls the tools "
+                                  "as robo.<tool>(...) (run_code)"),
+    agent_argument("plan_file", "scripted planner: YAML/JSON list of tool calls to run "
+                                "instead of its pick-and-place heuristic"),
+    agent_argument("policy_chunks", "scripted planner: chunks the action model may execute "
                                     "before its heuristic takes over"),
 )
 ARM_ARGS = (

@@ -44,8 +44,9 @@ from . import agentlog, recipes
 from .markers import SceneMarkers
 from .memory import MemoryDir, lasting_folder
 from .observer import RobotObserver
-from .planners import PLANNERS, choose
-from .prompts import LANGUAGES, SYSTEM_PROMPT, contributed_prompt, language_prompt
+from .planners import choose
+from .prompts import SYSTEM_PROMPT, contributed_prompt, language_prompt
+from .settings import AgentSettings
 from .toolkit import CodeSettings, RunState, Timeouts, Toolkit
 from .transcript import Transcript
 from .video import CallClips, EpisodeVideo
@@ -60,112 +61,19 @@ EVENT_KIND = {"reasoning": AgentEvent.KIND_REASONING, "tool_call": AgentEvent.KI
               "error": AgentEvent.KIND_ERROR}
 
 
-def _non_negative_int(value):
-    return None if isinstance(value, int) and value >= 0 else "must be an integer >= 0"
-
-
-def _positive_int(value):
-    return None if isinstance(value, int) and value > 0 else "must be an integer > 0"
-
-
 class AgentNode(Node):
     def __init__(self, **kwargs):
         super().__init__("agent", **kwargs)
-        d = lambda *a, **k: params.declare(self, *a, **k)  # noqa: E731
-        self.planner_param = d("planner", "auto", "api | scripted | mcp | claude_code | codex "
-                               "| auto (api when a "
-                               "model and its key are configured, else scripted)",
-                               params.one_of(*PLANNERS))
-        self.model = d("model", "", "LLM as provider:model, e.g. anthropic:claude-sonnet-5, "
-                       "openai:gpt-4.1; keys come from the environment")
-        self.base_url = d("base_url", "", "the provider's endpoint: an Anthropic proxy for "
-                          "anthropic:, an OpenAI-compatible server (Ollama, vLLM: e.g. "
-                          "http://localhost:11434/v1) for openai: or a bare model name; "
-                          "empty = the provider's own API")
-        self.plan_file = d("plan_file", "", "scripted planner: YAML/JSON list of tool calls; "
-                           "empty = the pick-and-place heuristic")
-        self.policy_chunks = d("policy_chunks", 80, "scripted planner: chunks the action "
-                               "model may execute before the heuristic takes over",
-                               _positive_int)
-        self.max_turns = d("max_turns", 30, "model turns (scripted/mcp: tool calls) per run",
-                           _positive_int)
-        self.max_episode_steps = d("max_episode_steps", 0, "control steps the agent's tools "
-                                   "may execute per run; 0 = no agent cap (the robot's own "
-                                   "cap still applies)", _non_negative_int)
-        self.timeouts = Timeouts(
-            move=d("move_timeout", 60.0, "s a move_to may go without progress from the robot",
-                   params.positive),
-            gripper=d("gripper_timeout", 20.0, "s a gripper command may go without progress",
-                      params.positive),
-            policy=d("policy_timeout", 120.0, "s a run_policy call may go without a step "
-                     "executed", params.positive),
-            service=d("service_timeout", 10.0, "s to wait for a service answer",
-                      params.positive))
-        self.images = d("images", True, "attach the camera images to every tool result")
-        self.policy_mode = d("policy_mode", "tools", "tools: the model calls the robot's "
-                             "tools; code: it writes Python calling them as robo.<tool>(...)",
-                             params.one_of("tools", "code"))
-        self.code_timeout = d("code_timeout", 120.0, "code mode: s a snippet may take",
-                              params.positive)
-        self.code_max_calls = d("code_max_calls", 100, "code mode: robot calls per snippet",
-                                lambda v: None if v >= 1 else "must be >= 1")
-        self.max_history_images = d("max_history_images", 4, "api planner: images kept in "
-                                    "the history the model sees", _non_negative_int)
-        self.model_retries = d("model_retries", 3, "api planner: retries of a transient "
-                               "model error", _non_negative_int)
-        self.tool_retries = d("tool_retries", 3, "api planner: times in a row a model may "
-                              "correct a malformed tool call", _non_negative_int)
-        self.prompt_cache = d("prompt_cache", True, "api planner: ask providers that need "
-                              "asking (Anthropic) to cache the prompt; false for a gateway "
-                              "that refuses cache_control")
-        self.output_dir = d("output_dir", "runs", "folder of the run folders")
-        self.memory_dir = d("memory_dir", "", "memory folder shared by runs; auto = one that "
-                            "lasts per robot and task suite under the user's data folder; "
-                            "empty = <run folder>/memory")
-        self.robot_namespace = d("robot_namespace", "", "namespace of the robot contract")
-        self.action_model = d("action_model", "", "action-model node name (e.g. "
-                              "/action_model) for the run_policy tool; empty = no policy tool")
-        self.skills_file = d("skills_file", "", "YAML file of model skills, tools that run an "
-                             "action model on an instruction template (rpent_agent.skills); "
-                             "empty = none")
-        self.perception = d("perception", "", "perception node (e.g. perception, relative to "
-                            "the robot namespace) for the segment and locate tools; empty = "
-                            "no perception tools")
-        self.mcp_host = d("mcp_host", "127.0.0.1", "mcp, claude_code, codex planners: "
-                          "address of the tools' MCP server")
-        self.mcp_port = d("mcp_port", 8766, "mcp, claude_code, codex planners: its TCP port "
-                          "(the dashboard has 8765)",
-                          lambda v: None if 0 < v < 65536 else "must be 1..65535")
-        self.mcp_token = d("mcp_token", "", "mcp, claude_code, codex planners: the bearer "
-                           "token every MCP client must send; empty = none on loopback, a new "
-                           "one (printed at start-up) when mcp_host is beyond loopback")
-        self.codex_cli = d("codex_cli", "codex", "codex planner: the Codex CLI executable "
-                           "(name on PATH or path)")
-        self.dashboard_url = d("dashboard_url", "", "where a viewer connects to this run's "
-                               "dashboard, for the run summary; empty = no dashboard")
-        self.dashboard_layout = d("dashboard_layout", "", "the viewer layout file to load with "
-                                  "the dashboard, for the run summary")
-        self.run_timeout = d("run_timeout", 3600.0, "s a run may take (every planner but "
-                             "scripted)", params.positive)
-        self.reset_episode = d("reset_episode", False, "reset the robot's episode before "
-                               "each run")
-        self.video_enabled = d("video", True, "write episode.mp4 from the camera topics")
-        self.language = d("language", "en", "the language of what the operator reads from "
-                          "the model (reasoning, questions, the finish summary): "
-                          + " | ".join(LANGUAGES), params.one_of(*LANGUAGES))
-        self.startup_timeout = d("startup_timeout", 120.0, "s to wait for the robot (and "
-                                 "action model) at start-up", params.positive)
-        self.instruction = d("instruction", "", "run this task at start-up, then exit")
-        self.run_at_startup = d("run_at_startup", False, "run once at start-up, then exit; "
-                                "with an empty instruction, the robot's task instruction")
-        self.run_dir = d("run_dir", "", "run folder to write (a launch file's, shared with the "
-                         "recorder); empty = a new one under output_dir per run")
+        self.settings = settings = params.declare_settings(self, AgentSettings)
+        self.timeouts = Timeouts(move=settings.move_timeout, gripper=settings.gripper_timeout,
+                                 policy=settings.policy_timeout,
+                                 service=settings.service_timeout)
         params.check_all_known(self)
 
-        self.planner_name, why = choose(self.planner_param, self.model, self.base_url)
+        self.planner_name, why = choose(settings.planner, settings.model, settings.base_url)
         self.get_logger().info(why)
-        if self.policy_mode == "code" and self.planner_name == "scripted" and \
-                not self.plan_file:
+        if self.settings.policy_mode == "code" and self.planner_name == "scripted" and \
+                not self.settings.plan_file:
             raise params.ParameterError(
                 "policy_mode code needs a model that writes the code (planner api, mcp, "
                 "claude_code or codex) or a plan_file of run_code steps; the scripted "
@@ -179,13 +87,13 @@ class AgentNode(Node):
         self.robot: Optional[RobotClient] = None
         try:
             with signals_held():
-                self.robot = RobotClient(namespace=self.robot_namespace,
+                self.robot = RobotClient(namespace=self.settings.robot_namespace,
                                          node_name="agent_robot_client")
-            self.info = self.robot.wait_ready(self.startup_timeout)
+            self.info = self.robot.wait_ready(self.settings.startup_timeout)
             self.observer = RobotObserver(self.robot.node, self.info.camera_names,
                                           state_rate=self.info.control_rate)
-            self.observer.wait_ready(self.startup_timeout)
-            self.executor_, self.model_meta = self._connect_action_model(self.action_model)
+            self.observer.wait_ready(self.settings.startup_timeout)
+            self.executor_, self.model_meta = self._connect_action_model(settings.action_model)
             self.skills = self._connect_skills()
             self.perception_client = self._connect_perception()
             # What installed packages add (rpent_contract.contributions): one that is broken
@@ -198,7 +106,7 @@ class AgentNode(Node):
             raise TimeoutError(
                 f"{err}. Start the robot node (and the action model and perception node, if "
                 "action_model / perception are set) first, and check robot_namespace "
-                f"('{self.robot_namespace}') and ROS_DOMAIN_ID") from None
+                f"('{self.settings.robot_namespace}') and ROS_DOMAIN_ID") from None
         except BaseException:  # a signal during start-up too: the client's thread must stop
             if self.robot is not None:
                 self.robot.close()
@@ -206,7 +114,7 @@ class AgentNode(Node):
         # Latched, with room for a whole run (a turn is a reasoning event and a call and a
         # result per tool call): a viewer or recorder that starts late gets the run's log.
         history = rclpy.qos.QoSProfile(
-            depth=max(1000, 10 * self.max_turns),
+            depth=max(1000, 10 * self.settings.max_turns),
             reliability=rclpy.qos.ReliabilityPolicy.RELIABLE,
             durability=rclpy.qos.DurabilityPolicy.TRANSIENT_LOCAL)
         self._events = self.create_publisher(AgentEvent, "~/events", history)
@@ -246,19 +154,20 @@ class AgentNode(Node):
         from rpent_am.client import ActionModelClient
 
         model = ActionModelClient(self.robot.node, name)
-        meta = model.connect(self.info, timeout=self.startup_timeout)
-        return ChunkExecutor(self.robot, model, robot_namespace=self.robot_namespace), meta
+        meta = model.connect(self.info, timeout=self.settings.startup_timeout)
+        return ChunkExecutor(self.robot, model,
+                             robot_namespace=self.settings.robot_namespace), meta
 
     def _connect_skills(self) -> list:
         """(skill, its executor, its model's meta) for each skill of skills_file."""
-        if not self.skills_file:
+        if not self.settings.skills_file:
             return []
         from .skills import load_skills
 
         models = {"": (self.executor_, self.model_meta),
-                  self.action_model: (self.executor_, self.model_meta)}
+                  self.settings.action_model: (self.executor_, self.model_meta)}
         skills = []
-        for skill in load_skills(self.skills_file):
+        for skill in load_skills(self.settings.skills_file):
             if skill.model not in models:
                 models[skill.model] = self._connect_action_model(skill.model)
             executor, meta = models[skill.model]
@@ -270,66 +179,72 @@ class AgentNode(Node):
         return skills
 
     def _connect_perception(self):
-        if not self.perception:
+        if not self.settings.perception:
             return None
         from rpent_perception.client import PerceptionClient
 
-        client = PerceptionClient(self.robot.node, self.perception)
-        client.wait_ready(self.startup_timeout)
+        client = PerceptionClient(self.robot.node, self.settings.perception)
+        client.wait_ready(self.settings.startup_timeout)
         return client
 
     def _make_planner(self):
-        prompt = SYSTEM_PROMPT + language_prompt(self.language)
+        prompt = SYSTEM_PROMPT + language_prompt(self.settings.language)
         if self.planner_name == "api":
             from .planners.api import ApiPlanner, build_model
-            return ApiPlanner(build_model(self.model, self.base_url),
-                              max_history_images=self.max_history_images,
-                              retries=self.model_retries, run_timeout=self.run_timeout,
-                              tool_retries=self.tool_retries,
-                              prompt_cache=self.prompt_cache, system_prompt=prompt)
+            return ApiPlanner(build_model(self.settings.model, self.settings.base_url),
+                              max_history_images=self.settings.max_history_images,
+                              retries=self.settings.model_retries,
+                              run_timeout=self.settings.run_timeout,
+                              tool_retries=self.settings.tool_retries,
+                              prompt_cache=self.settings.prompt_cache, system_prompt=prompt)
         if self.planner_name in ("mcp", "claude_code", "codex"):
-            server = (self.mcp_host, self.mcp_port, self.run_timeout)
+            server = (self.settings.mcp_host, self.settings.mcp_port, self.settings.run_timeout)
             if self.planner_name == "claude_code":
                 from .planners.claude_code import ClaudeCodePlanner
-                planner = ClaudeCodePlanner(lambda: self._toolkit, self.model, self.base_url,
-                                            *server, token=self.mcp_token,
+                planner = ClaudeCodePlanner(lambda: self._toolkit, self.settings.model,
+                                            self.settings.base_url, *server,
+                                            token=self.settings.mcp_token,
                                             system_prompt=prompt)
             elif self.planner_name == "codex":
                 from .planners.codex import CodexPlanner
-                planner = CodexPlanner(lambda: self._toolkit, self.model, self.base_url,
-                                       *server, cli=self.codex_cli, token=self.mcp_token,
+                planner = CodexPlanner(lambda: self._toolkit, self.settings.model,
+                                       self.settings.base_url, *server,
+                                       cli=self.settings.codex_cli,
+                                       token=self.settings.mcp_token,
                                        system_prompt=prompt)
             else:
                 from .planners.mcp import McpPlanner
-                planner = McpPlanner(lambda: self._toolkit, *server, token=self.mcp_token)
+                planner = McpPlanner(lambda: self._toolkit, *server, token=self.settings.mcp_token)
             url = planner.start(self._new_toolkit(RunState("", 1, 0)).describe())
             # A token made up here is printed, for clients of the operator's choosing; one
             # given is not repeated into the logs.
-            token = "<mcp_token>" if self.mcp_token else planner.token
+            token = "<mcp_token>" if self.settings.mcp_token else planner.token
             self.get_logger().info(f"MCP server for external agents at {url}" + (
                 f"; every client must send the header 'Authorization: Bearer {token}'"
                 if planner.token else ""))
             return planner
         from .planners.scripted import ScriptedPlanner
-        return ScriptedPlanner(self.plan_file, policy_chunks=self.policy_chunks)
+        return ScriptedPlanner(self.settings.plan_file, policy_chunks=self.settings.policy_chunks)
 
     def _memory_folder(self, run_dir: Path) -> Path:
-        if self.memory_dir == "auto":
+        if self.settings.memory_dir == "auto":
             task = self.observer.task()
             return lasting_folder(self.info.embodiment, task.suite if task is not None else "")
-        return Path(self.memory_dir).resolve() if self.memory_dir else run_dir / "memory"
+        folder = self.settings.memory_dir
+        return Path(folder).resolve() if folder else run_dir / "memory"
 
     def _new_toolkit(self, run, memory=None, listener=None, run_dir=None,
                      shown=()) -> Toolkit:
         code = None
-        if self.policy_mode == "code":
-            code = CodeSettings(Path(run_dir or self.output_dir) / "code_policy",
-                                self.code_timeout, self.code_max_calls)
+        if self.settings.policy_mode == "code":
+            code = CodeSettings(Path(run_dir or self.settings.output_dir) / "code_policy",
+                                self.settings.code_timeout, self.settings.code_max_calls)
         return Toolkit(self.robot, self.info, self.observer, run,
-                       memory=memory or MemoryDir(self._memory_folder(Path(self.output_dir))),
+                       memory=memory or MemoryDir(
+                           self._memory_folder(Path(self.settings.output_dir))),
                        executor=self.executor_, model_meta=self.model_meta,
                        perception=self.perception_client, skills=self.skills,
-                       timeouts=self.timeouts, images=self.images, code=code,
+                       timeouts=self.timeouts, images=self.settings.images, code=code,
                        recipes=shown, **({"listener": listener} if listener else {}))
 
     # --- action server -------------------------------------------------------------------
@@ -491,19 +406,20 @@ class AgentNode(Node):
         Returns the result and the function that publishes the run's finish event, for the
         caller to call once it has let go of the run lock: a viewer that starts the next run
         on that event must find the node free and the run's files written."""
-        max_turns, max_steps = max_turns or self.max_turns, max_steps or self.max_episode_steps
-        run_dir = run_dir or self.run_dir
+        max_turns = max_turns or self.settings.max_turns
+        max_steps = max_steps or self.settings.max_episode_steps
+        run_dir = run_dir or self.settings.run_dir
         run_id = uuid.uuid4().hex[:8]
         run_dir = Path(run_dir).resolve() if run_dir else \
-            Path(self.output_dir).resolve() / (datetime.now().strftime("%Y%m%d-%H%M%S") +
+            Path(self.settings.output_dir).resolve() / (datetime.now().strftime("%Y%m%d-%H%M%S") +
                                                f"_{run_id}")
         run_dir.mkdir(parents=True, exist_ok=True)
         transcript = Transcript(run_dir / "transcript.json", run_id, {
-            "instruction": instruction, "planner": self.planner_name, "model": self.model,
+            "instruction": instruction, "planner": self.planner_name, "model": self.settings.model,
             "robot": self.info.embodiment, "max_turns": max_turns, "max_episode_steps": max_steps})
         run = RunState(instruction, max_turns, max_steps)
         last = {"tool": ""}
-        video = EpisodeVideo(self.info.control_rate or 20.0) if self.video_enabled else None
+        video = EpisodeVideo(self.info.control_rate or 20.0) if self.settings.video else None
         clips = CallClips(video, run_dir / "clips") if video is not None else None
 
         def listener(kind, tool_name="", arguments=None, text="", ok=True, duration=0.0,
@@ -550,7 +466,7 @@ class AgentNode(Node):
         if self._interrupted:  # the signal came while the run was being set up
             toolkit.cancel(f"interrupted by {self._interrupted}", INTERRUPT_STOP_TIMEOUT)
         try:
-            if self.reset_episode:
+            if self.settings.reset_episode:
                 self.robot.reset(timeout=self.timeouts.service * 6)
             self.observer.video = video
             if not run.cancel.is_set():
@@ -733,8 +649,8 @@ def main(args=None):
             return code
         executor = MultiThreadedExecutor(num_threads=4)
         executor.add_node(node)
-        if node.instruction or node.run_at_startup:
-            instruction = node.instruction or node.observer.task().instruction
+        if node.settings.instruction or node.settings.run_at_startup:
+            instruction = node.settings.instruction or node.observer.task().instruction
             done = {}
             worker = threading.Thread(target=lambda: done.update(
                 result=node.run_task(instruction)), daemon=True)
@@ -747,7 +663,8 @@ def main(args=None):
                 worker.join(INTERRUPT_WAIT)
             result = done.get("result")
             if result is not None:
-                print(summary(result, node.dashboard_url, node.dashboard_layout), flush=True)
+                print(summary(result, node.settings.dashboard_url,
+                              node.settings.dashboard_layout), flush=True)
             if not code:
                 code = 0 if result is not None and \
                     result.status == RunTask.Result.STATUS_SUCCESS else 1

@@ -1,6 +1,14 @@
-"""Declare, type and validate node parameters at start-up, failing with a clear message."""
+"""Declare, type and validate node parameters at start-up, failing with a clear message.
+
+A node's settings are a frozen dataclass whose fields are :func:`parameter` s: the one
+place a parameter's name, type (its default's), default, unit, range and help are written.
+:func:`declare_settings` declares them on the node and returns the settings; the node's
+params file and its bring-up's arguments are generated from or tested against the class.
+"""
 from __future__ import annotations
 
+import dataclasses
+import json
 import math
 from typing import Any, Callable, Optional
 
@@ -15,6 +23,52 @@ class ParameterError(ValueError):
 
 
 Check = Callable[[Any], Optional[str]]
+_PARAMETER = "rpent_parameter"
+
+
+@dataclasses.dataclass(frozen=True)
+class Parameter:
+    """What a settings field says about its parameter (the field holds the default)."""
+    help: str
+    unit: str = ""
+    check: Optional[Check] = None
+
+    def description(self) -> str:
+        return f"{self.help} ({self.unit})" if self.unit else self.help
+
+
+def parameter(default, help: str, unit: str = "", check: Optional[Check] = None):
+    """A settings field that is a node parameter named as the field. A list parameter's
+    default is a tuple (settings are frozen)."""
+    return dataclasses.field(default=default,
+                             metadata={_PARAMETER: Parameter(help, unit, check)})
+
+
+def parameters_of(settings_type) -> dict:
+    """{name: (default, Parameter)} of a settings dataclass, in declaration order."""
+    return {f.name: (f.default, f.metadata[_PARAMETER])
+            for f in dataclasses.fields(settings_type) if _PARAMETER in f.metadata}
+
+
+def declare_settings(node, settings_type, **given):
+    """Declare every parameter of ``settings_type`` on ``node`` and return the settings;
+    ``given``: its fields that are not parameters."""
+    values = dict(given)
+    for name, (default, spec) in parameters_of(settings_type).items():
+        value = declare(node, name, list(default) if isinstance(default, tuple) else default,
+                        spec.description(), spec.check)
+        values[name] = tuple(value) if isinstance(default, tuple) else value
+    return settings_type(**values)
+
+
+def params_yaml(settings_type, header: str) -> str:
+    """A params file of every parameter at its default, each with its help: ``header``
+    (comment lines) first."""
+    lines = [header.rstrip("\n"), "/**:", "  ros__parameters:"]
+    for name, (default, spec) in parameters_of(settings_type).items():
+        value = json.dumps(list(default) if isinstance(default, tuple) else default)
+        lines.append(f"    {name}: {value}  # {spec.description()}")
+    return "\n".join(lines) + "\n"
 
 
 def declare(node, name: str, default, description: str, check: Optional[Check] = None):
@@ -68,7 +122,8 @@ def non_negative(value) -> Optional[str]:
 
 
 def one_of(*choices) -> Check:
-    return lambda value: None if value in choices else f"must be one of {', '.join(map(str, choices))}"
+    return lambda value: None if value in choices else \
+        f"must be one of {', '.join(map(str, choices))}"
 
 
 def vector(n: int) -> Check:
