@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from rpent_bag.record_node import DEFAULT_TOPICS
+from rpent_bag.settings import DEFAULT_TOPICS
 from rpent_contract.processes import wait_until
 
 # The robot node publishes these with the same stamp every control tick.

@@ -11,7 +11,9 @@ import pytest
 import rclpy
 
 from rpent.bringup import AGENT_ARGS, launch_value
-from rpent_agent.settings import PARAMS_HEADER, AgentSettings
+from rpent_agent import settings as agent_settings
+from rpent_agent.settings import AgentSettings
+from rpent_bag import settings as recorder_settings
 from rpent_contract import params
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -59,19 +61,26 @@ def test_a_value_out_of_range_or_of_the_wrong_type_stops_the_node(node, override
         params.declare_settings(node(**overrides), Example, log=None)
 
 
-def test_the_agents_params_file_is_written_from_its_settings():
-    """Regenerate with: python -m rpent_agent.settings config/agent.yaml"""
-    expected = params.params_yaml(AgentSettings, PARAMS_HEADER)
-    assert (ROOT / "config" / "agent.yaml").read_text() == expected
+# (settings module, its class, the params file written from it)
+PARAMS_FILES = [(agent_settings, "AgentSettings", "agent.yaml"),
+                (recorder_settings, "RecorderSettings", "recorder.yaml")]
 
 
-def test_the_agents_params_file_declares_every_setting_at_its_default(node):
+@pytest.mark.parametrize("module, name, file", PARAMS_FILES, ids=[f for *_, f in PARAMS_FILES])
+def test_a_params_file_is_written_from_its_nodes_settings(module, name, file):
+    expected = params.params_yaml(getattr(module, name), module.PARAMS_HEADER)
+    assert (ROOT / "config" / file).read_text() == expected, \
+        f"config/{file} is stale: python -m {module.__name__} config/{file}"
+
+
+@pytest.mark.parametrize("module, name, file", PARAMS_FILES, ids=[f for *_, f in PARAMS_FILES])
+def test_a_params_file_declares_every_setting_at_its_default(node, module, name, file):
+    """What the bring-ups load first: it must change nothing about the node's defaults."""
     import yaml
 
-    values = yaml.safe_load((ROOT / "config" / "agent.yaml").read_text())
-    values = values["/**"]["ros__parameters"]
-    settings = params.declare_settings(node(**values), AgentSettings)
-    assert settings == AgentSettings()
+    values = yaml.safe_load((ROOT / "config" / file).read_text())["/**"]["ros__parameters"]
+    settings_type = getattr(module, name)
+    assert params.declare_settings(node(**values), settings_type) == settings_type()
 
 
 # Bring-up arguments named as an agent parameter but meaning something else there, or

@@ -307,7 +307,7 @@ def recorder(ns: str, bag: str, depth: bool = False, record_image_rate: float = 
         raise ValueError(f"record_image_rate:={record_image_rate:g}: give images per second "
                          f"> 0, or 0 to keep every image")
     if _have_rosbag2_mcap() and not record_image_rate:
-        from rpent_bag.record_node import DEFAULT_EXCLUDE, DEFAULT_TOPICS
+        from rpent_bag.settings import DEFAULT_EXCLUDE, DEFAULT_TOPICS
 
         prefix = f"/{ns}/" if ns else "/"
 

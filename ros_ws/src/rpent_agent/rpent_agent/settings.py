@@ -4,11 +4,9 @@ help, in one place. The node declares its parameters from :class:`AgentSettings`
 bring-ups take their defaults for the agent's arguments from it."""
 from __future__ import annotations
 
-import sys
 from dataclasses import dataclass
-from pathlib import Path
 
-from rpent_contract.params import params_yaml, parameter, positive, one_of
+from rpent_contract.params import one_of, parameter, positive, write_params_file
 
 from .planners import PLANNERS
 from .prompts import LANGUAGES
@@ -121,15 +119,5 @@ PARAMS_HEADER = """\
 """
 
 
-def main(argv=None) -> None:
-    """Write the agent's params file (the path given, else to stdout)."""
-    argv = sys.argv[1:] if argv is None else argv
-    text = params_yaml(AgentSettings, PARAMS_HEADER)
-    if argv:
-        Path(argv[0]).write_text(text)
-    else:
-        sys.stdout.write(text)
-
-
 if __name__ == "__main__":
-    main()
+    write_params_file(AgentSettings, PARAMS_HEADER)

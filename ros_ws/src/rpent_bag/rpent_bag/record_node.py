@@ -26,67 +26,30 @@ from std_msgs.msg import String
 from rpent_bag import definitions, graph
 from rpent_bag.embed import embed_meshes, is_description
 from rpent_bag.recorder import BagRecorder, StampThinning
-from rpent_contract.params import (ParameterError, check_all_known, declare, non_negative,
-                                   positive)
+from rpent_bag.settings import RecorderSettings
+from rpent_contract.params import ParameterError, check_all_known, declare_settings
 
-DEFAULT_TOPICS = [
-    "joint_states", "ee_pose", "robot_state", "task_status", "executed_actions",
-    "camera/*/image_raw", "camera/*/camera_info",
-    "*predict/_action/feedback", "*predicted/*", "agent/events", "agent/log", "agent/activity",
-    "agent/run_status", "agent/markers", "operator/requests",
-    # What the policy sees (its inputs as it gets them) and where each chunk takes the hand.
-    "*policy_input/*", "intended_path",
-    # A simulator's objects and table, for a viewer's 3D panel, and the tasks it offers.
-    "sim/scene_markers", "sim/tasks",
-    # The robot model and its frames, so a viewer opening the bag draws the arm moving.
-    "robot_description", "/tf", "/tf_static",
-    # Every node's log lines (the robot's "waiting for the operator" among them).
-    "/rosout",
-]
-# Aligned depth (camera/<name>/depth/...), which the image pattern also matches: a float or
-# 16-bit image per camera per frame, more than half of a LIBERO bag, and rarely what a bag
-# is kept for.
-DEFAULT_EXCLUDE = ["camera/*/depth/*"]
 IMAGE_TYPE = "sensor_msgs/msg/Image"
 
 
 class RecorderNode(Node):
     def __init__(self):
         super().__init__("recorder")
-        d = lambda *a, **k: declare(self, *a, **k)  # noqa: E731
-        patterns = d("topics", DEFAULT_TOPICS,
-                     "Topics to record: names or glob patterns, relative to the namespace",
-                     lambda v: None if v and all(isinstance(t, str) and t for t in v)
-                     else "must be a non-empty list of topic names")
-        exclude = d("exclude", DEFAULT_EXCLUDE,
-                    "Topics not recorded although 'topics' matches them (names or glob "
-                    "patterns); [''] = none, e.g. to record aligned depth too")
-        image_rate = d("image_rate", 0.0,
-                       "Images (sensor_msgs/msg/Image) kept per second of their stamps, at "
-                       "the same instants on every camera; 0 = every image", non_negative)
-        self._embed = d("embed_meshes", True,
-                        "Put the local meshes a robot_description names into it (data: "
-                        "URIs), so the bag shows the arm in a browser viewer anywhere; "
-                        "false: record the description as published")
-        bag_path = d("bag_path", "", "Bag directory to create; empty = runs/<time>/bag")
-        queue_size = d("queue_size", 2000, "Messages buffered between DDS and the disk",
-                       positive)
-        self._depth = d("subscription_depth", 100, "History depth of each subscription",
-                        positive)
-        period = d("discovery_period", 0.5, "s between looks for new matching topics",
-                   positive)
+        settings = declare_settings(self, RecorderSettings)
+        self._embed, self._depth = settings.embed_meshes, settings.subscription_depth
         check_all_known(self)
-        self._patterns = self._resolve("topics", patterns)
-        self._exclude = tuple(self._resolve("exclude", [p for p in exclude if p]))
-        self.path = Path(bag_path or f"runs/{time.strftime('%Y%m%d-%H%M%S')}/bag")
+        self._patterns = self._resolve("topics", list(settings.topics))
+        self._exclude = tuple(self._resolve("exclude", [p for p in settings.exclude if p]))
+        self.path = Path(settings.bag_path or f"runs/{time.strftime('%Y%m%d-%H%M%S')}/bag")
         try:
-            self.recorder = BagRecorder(self.path, queue_size=queue_size)
+            self.recorder = BagRecorder(self.path, queue_size=settings.queue_size)
         except FileExistsError as err:
             raise ParameterError(f"parameter 'bag_path': {err}") from None
-        self._thinning = StampThinning(image_rate) if image_rate > 0 else None
+        self._thinning = (StampThinning(settings.image_rate) if settings.image_rate > 0
+                          else None)
         self._subs = {}
         self._last_message = time.monotonic()
-        self.create_timer(period, self._discover)
+        self.create_timer(settings.discovery_period, self._discover)
         self._discover()
         self.get_logger().info(f"recording {self._patterns}"
                                + (f" but {list(self._exclude)}" if self._exclude else "")

@@ -10,6 +10,8 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import sys
+from pathlib import Path
 from typing import Any, Callable, Optional
 
 from rcl_interfaces.msg import ParameterDescriptor
@@ -69,6 +71,16 @@ def params_yaml(settings_type, header: str) -> str:
         value = json.dumps(list(default) if isinstance(default, tuple) else default)
         lines.append(f"    {name}: {value}  # {spec.description()}")
     return "\n".join(lines) + "\n"
+
+
+def write_params_file(settings_type, header: str, argv=None) -> None:
+    """A settings module's ``main``: its params file to the path given, else to stdout."""
+    argv = sys.argv[1:] if argv is None else argv
+    text = params_yaml(settings_type, header)
+    if argv:
+        Path(argv[0]).write_text(text)
+    else:
+        sys.stdout.write(text)
 
 
 def declare(node, name: str, default, description: str, check: Optional[Check] = None):

@@ -26,7 +26,7 @@ from rclpy.serialization import deserialize_message, serialize_message
 
 from rpent_bag import definitions, graph
 from rpent_bag.embed import is_description
-from rpent_bag.record_node import DEFAULT_EXCLUDE, DEFAULT_TOPICS
+from rpent_bag.settings import DEFAULT_EXCLUDE, DEFAULT_TOPICS
 from rpent_contract.client import wait_future
 from rpent_contract.http_json import is_loopback
 from rpent_contract.node_main import run_node
