@@ -10,11 +10,13 @@ from pathlib import Path
 import pytest
 import rclpy
 
-from rpent.bringup import AGENT_ARGS, launch_value
+from rpent.bringup import AGENT_ARGS, launch_value, perception_args, twin_args
 from rpent_agent import settings as agent_settings
 from rpent_agent.settings import AgentSettings
 from rpent_bag import settings as recorder_settings
 from rpent_contract import params
+from rpent_perception.settings import PerceptionSettings
+from rpent_twins.settings import CameraSettings
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -98,3 +100,18 @@ def test_the_bringups_agent_arguments_default_to_the_agents_own_values():
               and a.default != launch_value(agent[a.name][0])}
     assert not differ, f"bring-up default vs the agent's: {differ}"
     assert set(NOT_THE_AGENTS_DEFAULT) <= set(agent)
+
+
+def test_the_bringups_perception_arguments_default_to_the_nodes_own_values():
+    node = params.parameters_of(PerceptionSettings)
+    # perception:= picks the backend or none, for the agent's tools: not the node's backend.
+    shared = [a for a in perception_args("auto", "") if a.name in node]
+    assert [a.name for a in shared] == ["sam3_endpoint"]
+    assert all(a.default == launch_value(node[a.name][0]) for a in shared)
+
+
+def test_the_bringups_twin_arguments_default_to_the_twin_nodes_own_values():
+    args = {a.name: a.default for a in twin_args("franka")}
+    camera = params.parameters_of(CameraSettings)
+    assert args["twin_port"] == launch_value(camera["twin_port"][0])
+    assert args["twin_camera_rate"] == launch_value(camera["rate"][0])

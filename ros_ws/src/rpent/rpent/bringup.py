@@ -21,6 +21,8 @@ from rpent_contract.params import parameters_of
 from rpent_contract.processes import node_executable, ros_args
 from rpent_contract.spelling import did_you_mean
 from rpent_foxglove.layout import LANGUAGES, layout_file
+from rpent_perception.settings import PerceptionSettings
+from rpent_twins.settings import CameraSettings, TwinPortSettings
 
 
 # Arguments ``ros2 launch`` adds itself (--launch-prefix, --launch-prefix-filter).
@@ -135,9 +137,15 @@ def launch_value(value) -> str:
     return str(value).lower() if isinstance(value, bool) else str(value)
 
 
+def node_argument(settings_type, name: str, help: str, parameter: str = "") -> Argument:
+    """The argument ``name`` that sets a node's parameter (``parameter``, else the same
+    name), at the node's own default."""
+    return Argument(name, launch_value(parameters_of(settings_type)[parameter or name][0]),
+                    help)
+
+
 def agent_argument(name: str, help: str) -> Argument:
-    """The argument that sets the agent's parameter ``name``, at the agent's own default."""
-    return Argument(name, launch_value(parameters_of(AgentSettings)[name][0]), help)
+    return node_argument(AgentSettings, name, help)
 
 
 AGENT_ARGS = (
@@ -201,8 +209,8 @@ def model_args(backend: str) -> tuple:
 def perception_args(default: str, choices: str) -> tuple:
     return (
         Argument("perception", default, f"segment/locate tools for the agent: {choices}"),
-        Argument("sam3_endpoint", "", "SAM3 server, http:// or socket://HOST:PORT "
-                                      "(perception:=sam3_http)"),
+        node_argument(PerceptionSettings, "sam3_endpoint", "SAM3 server, http:// or "
+                      "socket://HOST:PORT (perception:=sam3_http)"),
     )
 
 
@@ -216,9 +224,10 @@ def twin_args(arm: str) -> tuple:
         Argument("twin_scene", "", f"the twin's scene YAML; empty: the shipped {arm} tabletop"),
         Argument("twin_task", "", "task of the twin's scene; empty: its first"),
         Argument("twin_seed", "0", "draws where the twin's objects start"),
-        Argument("twin_port", "8767", "TCP port of the twin port on loopback; its SAM3 server "
-                                      "takes the next one"),
-        Argument("twin_camera_rate", "2.0", "frames per second of the twin's cameras"),
+        node_argument(TwinPortSettings, "twin_port", "TCP port of the twin port on loopback; "
+                      "its SAM3 server takes the next one"),
+        node_argument(CameraSettings, "twin_camera_rate", "frames per second of the twin's "
+                      "cameras", parameter="rate"),
         Argument("operator", "", "who answers the robot's operator requests: human (rpent "
                                  "operator, the Foxglove layout) | auto (the twin, from its "
                                  "physics); empty: auto on the twin, else human"),

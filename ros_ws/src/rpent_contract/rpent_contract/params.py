@@ -52,11 +52,13 @@ def parameters_of(settings_type) -> dict:
             for f in dataclasses.fields(settings_type) if _PARAMETER in f.metadata}
 
 
-def declare_settings(node, settings_type, **given):
+def declare_settings(node, settings_type, defaults: Optional[dict] = None, **given):
     """Declare every parameter of ``settings_type`` on ``node`` and return the settings;
+    ``defaults``: defaults known only at start-up (from the namespace, say) by name;
     ``given``: its fields that are not parameters."""
     values = dict(given)
     for name, (default, spec) in parameters_of(settings_type).items():
+        default = (defaults or {}).get(name, default)
         value = declare(node, name, list(default) if isinstance(default, tuple) else default,
                         spec.description(), spec.check)
         values[name] = tuple(value) if isinstance(default, tuple) else value

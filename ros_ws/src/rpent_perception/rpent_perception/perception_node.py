@@ -49,8 +49,8 @@ from rpent_interfaces.srv import BackProject, Locate, Segment
 
 from .backends import SegmentationBackend, SegmentationError
 from .geometry import Intrinsics, Located, back_project, locate_mask
+from .settings import PerceptionSettings
 
-BACKENDS = ("sim", "sam3_http")
 # Detections of one label closer than this (or than half the object's size) are the same
 # object seen by two cameras.
 SAME_OBJECT_M = 0.05
@@ -68,29 +68,16 @@ class View:
 class PerceptionNode(Node):
     def __init__(self, backend: Optional[SegmentationBackend] = None):
         super().__init__("perception")
-        d = lambda *a, **k: params.declare(self, *a, **k)  # noqa: E731
-        backend_name = d("backend", "sim", "sim (the simulator's own segmentation) or "
-                         "sam3_http (a SAM3 server at sam3_endpoint)", params.one_of(*BACKENDS))
-        self.max_age = d("max_age", 2.0, "s to wait for camera data newer than a request "
-                         "before refusing it as stale", params.positive)
-        self.min_score = d("min_score", 0.3, "detections scoring below this are dropped",
-                           lambda v: None if 0.0 <= v <= 1.0 else "must be in [0, 1]")
-        self.timeout = d("timeout", 30.0, "s a segmentation may take", params.positive)
-        startup_timeout = d("startup_timeout", 60.0, "s to wait for the robot (and the SAM3 "
-                            "server) at start-up",
-                            params.positive)
-        if backend is None and backend_name == "sam3_http":
-            endpoint = d("sam3_endpoint", "", "SAM3 server, http://HOST:PORT or "
-                         "socket://HOST:PORT (its --transport)")
-            if not endpoint:
-                raise params.ParameterError("backend sam3_http needs sam3_endpoint "
-                                            "(http://HOST:PORT of the SAM3 server)")
+        self.settings = settings = params.declare_settings(self, PerceptionSettings)
+        if backend is None and settings.backend == "sam3_http" and not settings.sam3_endpoint:
+            raise params.ParameterError("backend sam3_http needs sam3_endpoint "
+                                        "(http://HOST:PORT of the SAM3 server)")
         self.robot = RobotClient(namespace=self.get_namespace(),
                                  node_name="perception_robot_client", actions=())
         try:
-            deadline = time.monotonic() + startup_timeout
-            self.info = self.robot.wait_ready(startup_timeout)
-            self.backend = backend or self._make_backend(backend_name, deadline)
+            deadline = time.monotonic() + settings.startup_timeout
+            self.info = self.robot.wait_ready(settings.startup_timeout)
+            self.backend = backend or self._make_backend(settings.backend, deadline)
         except Exception:
             self.robot.close()
             raise
@@ -128,14 +115,16 @@ class PerceptionNode(Node):
                     f"robot ({self.info.embodiment}) does not: use backend sam3_http")
             from .backends.sim import SimSegmentation
             return SimSegmentation(
-                lambda camera, query: self.robot.segment(camera, query, timeout=self.timeout))
+                lambda camera, query: self.robot.segment(camera, query,
+                                                         timeout=self.settings.timeout))
         from .backends.sam3_http import Sam3HttpBackend
 
         # A server started with the robot (a twin's) may come up after this node.
         while True:
             try:
-                return Sam3HttpBackend(self.get_parameter("sam3_endpoint").value,
-                                       timeout=self.timeout, min_score=self.min_score)
+                return Sam3HttpBackend(self.settings.sam3_endpoint,
+                                       timeout=self.settings.timeout,
+                                       min_score=self.settings.min_score)
             except SegmentationError:
                 if time.monotonic() >= deadline:
                     raise
@@ -165,13 +154,13 @@ class PerceptionNode(Node):
                              if getattr(view, k) is None
                              or stamp_to_ns(getattr(view, k).header.stamp) < after] + \
                 ([] if view.info is not None else ["info"])
-            self._arrived.wait_for(lambda: not stale(), timeout=self.max_age)
+            self._arrived.wait_for(lambda: not stale(), timeout=self.settings.max_age)
             missing, view = stale(), replace(view, received=dict(view.received))
         if missing:
             names = {"rgb": "image_raw", "info": "camera_info", "depth": "depth/image_raw"}
             raise ValueError(
                 f"camera '{camera}' published no new {' / '.join(names[k] for k in missing)} "
-                f"within max_age {self.max_age:g} s: "
+                f"within max_age {self.settings.max_age:g} s: "
                 + ("locate needs an aligned depth camera (camera/<name>/depth/image_raw)"
                    if missing == ["depth"] and not view.received["depth"]
                    else "the robot or its camera stopped publishing"))
@@ -193,7 +182,8 @@ class PerceptionNode(Node):
         if not query.strip():
             raise ValueError("the query is empty: say what to find, e.g. 'red mug'")
         rgb = to_rgb(image_to_numpy(view.rgb), view.rgb.encoding)
-        return [d for d in self.backend.segment(camera, rgb, query) if d.score >= self.min_score]
+        return [d for d in self.backend.segment(camera, rgb, query)
+                if d.score >= self.settings.min_score]
 
     def _locate(self, request, response):
         cameras = [request.camera] if request.camera else self._depth_cameras()
@@ -232,7 +222,7 @@ class PerceptionNode(Node):
         with self._arrived:
             self._arrived.wait_for(lambda: any(v.depth is not None
                                                for v in self._views.values()),
-                                   timeout=self.max_age)
+                                   timeout=self.settings.max_age)
             return [n for n, v in self._views.items() if v.depth is not None]
 
     def _locate_in(self, camera: str, query: str) -> list:
@@ -253,7 +243,7 @@ class PerceptionNode(Node):
             depth = depth.astype(np.float32) / 1000.0
         position, orientation = self.tf.lookup(
             self.base_frame, view.depth.header.frame_id or view.rgb.header.frame_id,
-            stamp_to_ns(view.depth.header.stamp), self.max_age)
+            stamp_to_ns(view.depth.header.stamp), self.settings.max_age)
         return view, depth, Intrinsics.from_camera_info(view.info), position, orientation
 
     def _back_project(self, request, response):

@@ -45,7 +45,8 @@ from rpent_contract.state_publisher import camera_info
 
 from .rendering import FrameMemory, SceneRenderer, depth_to_millimetres, matching_items
 from .scene import SceneError, load_scene
-from .twin_port import DEFAULT_PORT, TwinPortError, wait_for_twin
+from .settings import CameraSettings
+from .twin_port import TwinPortError, wait_for_twin
 
 # How much lower the render thread's CPU priority is than the rest of the bench's.
 RENDER_NICENESS = 5
@@ -56,34 +57,19 @@ GROUND_TRUTH_SCORE = 0.99
 class TwinCameraNode(Node):
     def __init__(self):
         super().__init__("twin_cameras")
-        d = lambda *a, **k: params.declare(self, *a, **k)  # noqa: E731
-        scene_name = d("scene", "franka", "Scene of the twin: an arm's shipped tabletop "
-                       "(franka, so101) or a scene YAML file")
-        host = d("twin_host", "127.0.0.1", "Address of the twin port")
-        port = d("twin_port", DEFAULT_PORT, "TCP port of the twin port",
-                 lambda v: None if 0 < v < 65536 else "must be a TCP port")
-        width = d("width", 320, "Image width, px", lambda v: None if v >= 16 else "must be >= 16")
-        height = d("height", 240, "Image height, px",
-                   lambda v: None if v >= 16 else "must be >= 16")
-        self.rate = d("rate", 2.0, "Frames per second of every camera (wall clock)",
-                      params.positive)
-        self.exposure = d("exposure", 1.0, "Gain on the colour image (1 = as rendered)",
-                          params.positive)
-        self.depth_range = d("depth_max", 10.0, "Depth beyond this is published as 0 (no "
-                             "measurement), m", params.positive)
-        self.prefix = d("frame_prefix", default_frame_prefix(self.get_namespace()),
-                        "Prefix of the optical frames, as the robot node's frame_prefix "
-                        "(default '<namespace>/' for a namespaced node, '' otherwise)")
-        sam3_port = d("sam3_port", 0, "TCP port of the ground-truth SAM3 server on "
-                      "127.0.0.1; 0 = none", lambda v: None if 0 <= v < 65536 else
-                      "must be a TCP port or 0")
-        wait = d("startup_timeout", 60.0, "s to wait for the twin port", params.positive)
+        settings = params.declare_settings(
+            self, CameraSettings,
+            defaults={"frame_prefix": default_frame_prefix(self.get_namespace())})
+        self.rate, self.exposure = settings.rate, settings.exposure
+        self.depth_range, self.prefix = settings.depth_max, settings.frame_prefix
         try:
-            self.scene = load_scene(scene_name)
+            self.scene = load_scene(settings.scene)
         except SceneError as err:
             raise params.ParameterError(f"scene: {err}") from None
-        self.twin = wait_for_twin(host, port, wait)
-        self._xml, self._size = self.twin.call("model")["xml"], (width, height)
+        self.twin = wait_for_twin(settings.twin_host, settings.twin_port,
+                                  settings.startup_timeout)
+        self._xml = self.twin.call("model")["xml"]
+        self._size = (settings.width, settings.height)
         self.memory = FrameMemory()
         # An EGL context works only in the thread that made it: the renderer lives in the
         # render thread, which also serves the SAM3 server's segmentations.
@@ -101,6 +87,7 @@ class TwinCameraNode(Node):
                 self.create_publisher(CameraInfo, f"{n}/aligned_depth_to_color/camera_info",
                                       10))
         self.sam3 = None
+        sam3_port = settings.sam3_port
         if sam3_port:
             self.sam3 = Sam3Server(self._segment, port=sam3_port).start()
         self._stop = threading.Event()
@@ -113,7 +100,8 @@ class TwinCameraNode(Node):
                              "MUJOCO_GL (egl or osmesa)")
         self.get_logger().info(
             f"twin cameras {[c.name for c in self.scene.cameras]} at {self.rate:g} Hz, "
-            f"{width}x{height}, from the twin on {host}:{port}"
+            f"{settings.width}x{settings.height}, from the twin on "
+            f"{settings.twin_host}:{settings.twin_port}"
             + (f"; SAM3 (ground truth) on http://127.0.0.1:{sam3_port}" if sam3_port else ""))
 
     def _run(self) -> None:

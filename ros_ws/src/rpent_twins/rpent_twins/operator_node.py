@@ -27,7 +27,8 @@ from rpent_contract.qos import LATCHED_QOS
 from rpent_interfaces.msg import OperatorRequest, OperatorRequests
 from rpent_interfaces.srv import AnswerOperator
 
-from .twin_port import DEFAULT_PORT, TwinPortError, wait_for_twin
+from .settings import OperatorSettings
+from .twin_port import TwinPortError, wait_for_twin
 
 ANSWERED_BY = "the twin's operator"
 
@@ -35,14 +36,10 @@ ANSWERED_BY = "the twin's operator"
 class TwinOperatorNode(Node):
     def __init__(self):
         super().__init__("twin_operator")
-        d = lambda *a, **k: params.declare(self, *a, **k)  # noqa: E731
-        host = d("twin_host", "127.0.0.1", "Address of the twin port")
-        port = d("twin_port", DEFAULT_PORT, "TCP port of the twin port",
-                 lambda v: None if 0 < v < 65536 else "must be a TCP port")
-        self.timeout = d("answer_timeout", 10.0, "s to wait for the robot to take an answer",
-                         params.positive)
-        wait = d("startup_timeout", 60.0, "s to wait for the twin port", params.positive)
-        self.twin = wait_for_twin(host, port, wait)
+        settings = params.declare_settings(self, OperatorSettings)
+        self.timeout = settings.answer_timeout
+        self.twin = wait_for_twin(settings.twin_host, settings.twin_port,
+                                  settings.startup_timeout)
         group = ReentrantCallbackGroup()
         self._answer = self.create_client(AnswerOperator, ANSWER_SERVICE, callback_group=group)
         self._seen: set = set()
@@ -51,7 +48,7 @@ class TwinOperatorNode(Node):
                                  LATCHED_QOS, callback_group=group)
         self.get_logger().info(f"the twin's operator answers "
                                f"{self.resolve_topic_name(REQUESTS_TOPIC)} from the twin on "
-                               f"{host}:{port}")
+                               f"{settings.twin_host}:{settings.twin_port}")
 
     def _on_requests(self, msg: OperatorRequests) -> None:
         for request in msg.pending:
