@@ -10,11 +10,12 @@ from pathlib import Path
 import pytest
 import rclpy
 
-from rpent.bringup import AGENT_ARGS, launch_value, perception_args, twin_args
+from rpent.bringup import AGENT_ARGS, VIEW_ARGS, launch_value, perception_args, twin_args
 from rpent_agent import settings as agent_settings
 from rpent_agent.settings import AgentSettings
 from rpent_bag import settings as recorder_settings
 from rpent_contract import params
+from rpent_foxglove import settings as bridge_settings
 from rpent_perception.settings import PerceptionSettings
 from rpent_twins.settings import CameraSettings
 
@@ -65,7 +66,8 @@ def test_a_value_out_of_range_or_of_the_wrong_type_stops_the_node(node, override
 
 # (settings module, its class, the params file written from it)
 PARAMS_FILES = [(agent_settings, "AgentSettings", "agent.yaml"),
-                (recorder_settings, "RecorderSettings", "recorder.yaml")]
+                (recorder_settings, "RecorderSettings", "recorder.yaml"),
+                (bridge_settings, "BridgeSettings", "foxglove_bridge.yaml")]
 
 
 @pytest.mark.parametrize("module, name, file", PARAMS_FILES, ids=[f for *_, f in PARAMS_FILES])
@@ -115,3 +117,12 @@ def test_the_bringups_twin_arguments_default_to_the_twin_nodes_own_values():
     camera = params.parameters_of(CameraSettings)
     assert args["twin_port"] == launch_value(camera["twin_port"][0])
     assert args["twin_camera_rate"] == launch_value(camera["rate"][0])
+
+
+def test_the_bringups_dashboard_port_is_the_bridges_own():
+    """The bring-up also serves the foxglove.websocket.v1 port, which the bridge alone does
+    not (legacy_port -1)."""
+    args = {a.name: a.default for a in VIEW_ARGS}
+    bridge = params.parameters_of(bridge_settings.BridgeSettings)
+    assert args["dashboard_port"] == launch_value(bridge["port"][0])
+    assert bridge["legacy_port"][0] == -1 and args["dashboard_legacy_port"] == "8764"

@@ -21,6 +21,7 @@ from rpent_contract.params import parameters_of
 from rpent_contract.processes import node_executable, ros_args
 from rpent_contract.spelling import did_you_mean
 from rpent_foxglove.layout import LANGUAGES, layout_file
+from rpent_foxglove.settings import BridgeSettings
 from rpent_perception.settings import PerceptionSettings
 from rpent_twins.settings import CameraSettings, TwinPortSettings
 
@@ -236,7 +237,8 @@ def twin_args(arm: str) -> tuple:
 
 VIEW_ARGS = (
     Argument("dashboard", "false", "start the Foxglove bridge (ws://127.0.0.1:dashboard_port)"),
-    Argument("dashboard_port", "8765", "TCP port of the Foxglove bridge (dashboard:=true)"),
+    node_argument(BridgeSettings, "dashboard_port", "TCP port of the Foxglove bridge "
+                  "(dashboard:=true)", parameter="port"),
     Argument("dashboard_legacy_port", "8764", "TCP port of the bridge's foxglove.websocket.v1 "
                                               "protocol, for Foxglove Studio 1.x; -1: none"),
     Argument("dashboard_language", "en", "en | zh-cn: the layout the run summary names "

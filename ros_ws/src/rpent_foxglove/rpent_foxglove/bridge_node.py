@@ -26,97 +26,42 @@ from rclpy.serialization import deserialize_message, serialize_message
 
 from rpent_bag import definitions, graph
 from rpent_bag.embed import is_description
-from rpent_bag.settings import DEFAULT_EXCLUDE, DEFAULT_TOPICS
 from rpent_contract.client import wait_future
 from rpent_contract.http_json import is_loopback
 from rpent_contract.node_main import run_node
 from rpent_contract.images import image_to_numpy, rgb_to_compressed, to_rgb
-from rpent_contract.names import ANSWER_SERVICE, RESET_SERVICE
-from rpent_contract.params import ParameterError, declare, non_negative, positive
+from rpent_contract.params import ParameterError, declare_settings
 from rpent_foxglove.bridge import ASSET_PACKAGE, FoxgloveBridge
 from rpent_foxglove.json_message import from_json, json_schema, to_json
-
-
-def _rate_limits(value):
-    for item in value:
-        pattern, sep, hz = item.rpartition(":")
-        try:
-            ok = sep and pattern and float(hz) >= 0
-        except ValueError:
-            ok = False
-        if not ok:
-            return f"entry '{item}' is not 'topic_pattern:max_hz' (e.g. 'camera/*/image_raw:10')"
-    return None
-
-
-def _port(value):
-    return None if 0 <= value <= 65535 else "must be a TCP port in [0, 65535] (0 = any free port)"
+from rpent_foxglove.settings import BridgeSettings
 
 
 class BridgeNode(Node):
     def __init__(self):
         super().__init__("foxglove_bridge")
-        d = lambda *a, **k: declare(self, *a, **k)  # noqa: E731
-        allow_remote = d("allow_remote", False,
-                         "Listen beyond loopback: any machine that reaches the port can then "
-                         "watch the robot and call the allowed services (the operator's answer)")
-        host = d("host", "127.0.0.1", "Address to listen on; 127.0.0.1 keeps it on this machine",
-                 lambda v: "must not be empty (use 0.0.0.0 for all interfaces)" if not v else (
-                     None if allow_remote or is_loopback(v) else
-                     f"{v} is beyond loopback: anyone who reaches it could answer the "
-                     "operator's questions. Set allow_remote:=true to mean it (and keep "
-                     "'services' to what remote viewers may call), or use 127.0.0.1 with an "
-                     "SSH tunnel (ssh -L 8765:127.0.0.1:8765 robot-host)"))
-        port = d("port", 8765, "WebSocket port; 0 picks a free one (logged)", _port)
-        legacy_port = d("legacy_port", -1, "Port of the foxglove.websocket.v1 protocol, for "
-                        "viewers the SDK's foxglove.sdk.v1 port refuses (Foxglove Studio 1.x); "
-                        "0 picks a free one (logged), -1 = none",
-                        lambda v: None if v == -1 else _port(v))
-        patterns = d("topics", DEFAULT_TOPICS,
-                     "Allow-list: topic names or glob patterns, relative to the namespace",
-                     lambda v: None if v and all(isinstance(t, str) and t for t in v)
-                     else "must be a non-empty list of topic names")
-        exclude = d("exclude", DEFAULT_EXCLUDE,
-                    "Topics not bridged although 'topics' allows them (names or glob "
-                    "patterns); [''] = none. By default the cameras' aligned depth, which no "
-                    "panel of the layout shows and which a simulator renders only for a "
-                    "subscriber")
-        limits = d("rate_limits", [""], "Per-topic 'pattern:max_hz' entries; unmatched = no limit",
-                   lambda v: _rate_limits([x for x in v if x]))
-        services = d("services", [ANSWER_SERVICE, "agent/start_run", "agent/cancel_run",
-                                  RESET_SERVICE],
-                     "Services a viewer may call (Call Service panel): names or glob "
-                     "patterns, relative to the namespace")
-        self._service_timeout = d("service_timeout", 60.0,
-                                  "s a viewer's service call waits for the ROS service (a "
-                                  "start that switches the robot's task waits for its reset)",
-                                  positive)
-        jpeg = d("jpeg_topics", [""], "Image topics sent as JPEG CompressedImage on <topic>/compressed")
-        self._jpeg_quality = d("jpeg_quality", 80, "JPEG quality 1-100",
-                               lambda v: None if 1 <= v <= 100 else "must be in [1, 100]")
-        queue_size = d("queue_size", 64, "Messages between ROS callbacks and the sender", positive)
-        backlog = d("client_backlog", 64, "Messages buffered per client before the oldest go",
-                    positive)
-        self._depth = d("subscription_depth", 10, "History depth of each subscription", positive)
-        self._latched_history = d(
-            "latched_history", 1000, "Messages of each latched topic (agent/events, "
-            "agent/log) kept for viewers that connect later", positive)
-        newest = d("latched_newest", ["task_status", "agent/run_status", "agent/markers",
-                                      "sim/scene_markers", "operator/requests"],
-                   "Latched topics that carry a state, not a log: viewers that connect later "
-                   "get only the newest message")
-        period = d("discovery_period", 0.5, "s between looks for new allowed topics", positive)
-        stats_period = d("stats_period", 10.0, "s between statistics lines; 0 = never",
-                         non_negative)
-
+        settings = declare_settings(self, BridgeSettings)
+        host, port, legacy_port = settings.host, settings.port, settings.legacy_port
+        if not (settings.allow_remote or is_loopback(host)):
+            raise ParameterError(
+                f"parameter 'host' = {host!r}: {host} is beyond loopback: anyone who reaches "
+                "it could answer the operator's questions. Set allow_remote:=true to mean it "
+                "(and keep 'services' to what remote viewers may call), or use 127.0.0.1 with "
+                "an SSH tunnel (ssh -L 8765:127.0.0.1:8765 robot-host)")
+        self._service_timeout = settings.service_timeout
+        self._jpeg_quality = settings.jpeg_quality
+        self._depth, self._latched_history = (settings.subscription_depth,
+                                              settings.latched_history)
         try:
-            self._patterns = graph.resolve_patterns(self, patterns)
-            self._exclude = tuple(graph.resolve_patterns(self, [p for p in exclude if p]))
-            self._service_patterns = graph.resolve_patterns(self, [p for p in services if p])
-            self._jpeg = graph.resolve_patterns(self, [p for p in jpeg if p])
-            self._newest = graph.resolve_patterns(self, [p for p in newest if p])
+            self._patterns = graph.resolve_patterns(self, list(settings.topics))
+
+            def named(patterns):
+                return graph.resolve_patterns(self, [p for p in patterns if p])
+            self._exclude = tuple(named(settings.exclude))
+            self._service_patterns = named(settings.services)
+            self._jpeg = named(settings.jpeg_topics)
+            self._newest = named(settings.latched_newest)
             self._limits = []
-            for item in (x for x in limits if x):
+            for item in (x for x in settings.rate_limits if x):
                 pattern, _, hz = item.rpartition(":")
                 self._limits.append((graph.resolve_patterns(self, [pattern])[0], float(hz)))
         except ParameterError:
@@ -124,7 +69,7 @@ class BridgeNode(Node):
         except Exception as err:  # rclpy's own exception types for invalid names
             raise ParameterError(f"invalid topic name in the parameters: {err}") from None
         try:
-            self.bridge = FoxgloveBridge(host, port, queue_size, backlog,
+            self.bridge = FoxgloveBridge(host, port, settings.queue_size, settings.client_backlog,
                                          name=self.get_fully_qualified_name(),
                                          warn=self.get_logger().warning,
                                          legacy_port=None if legacy_port < 0 else legacy_port)
@@ -135,9 +80,9 @@ class BridgeNode(Node):
                                  "the program using it") from None
         self._subs = {}
         self._offered = {}
-        self.create_timer(period, self._discover)
-        if stats_period > 0:
-            self.create_timer(stats_period, self._report)
+        self.create_timer(settings.discovery_period, self._discover)
+        if settings.stats_period > 0:
+            self.create_timer(settings.stats_period, self._report)
         self._discover()
         legacy = self.bridge.legacy
         self.get_logger().info(
