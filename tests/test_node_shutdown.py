@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
+import sys
 import time
 
 import numpy as np
@@ -81,3 +82,38 @@ def test_ctrl_c_while_the_agent_waits_for_its_robot_exits_130(rclpy_context, nod
     code = agent.stop(timeout=15)
     log = agent.log_path.read_text()
     assert code == 130 and "terminate called" not in log, (code, log[-3000:])
+
+
+HELD_NODE = """
+import sys, threading, time
+import rclpy
+from rpent_contract.node_main import run_node
+
+def hold_forever():
+    time.sleep(3600)
+
+def make():
+    node = rclpy.create_node("held_node")
+    threading.Thread(target=hold_forever).start()  # not a daemon: Python waits for it
+    print("ready", flush=True)
+    return node
+
+sys.exit(run_node(make, name="held_node", shutdown_deadline=2.0))
+"""
+
+
+def test_a_node_held_by_a_thread_that_never_ends_still_exits_and_says_what_held_it():
+    """A node must not outlive its starter (its SIGINT on the parent's death) however its
+    clean-up goes: past the deadline it prints every thread's stack and exits."""
+    proc = subprocess.Popen([sys.executable, "-c", HELD_NODE], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout.readline().strip() == "ready"
+        proc.send_signal(signal.SIGINT)
+        code = proc.wait(20)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    err = proc.stderr.read()
+    assert code == 1, err
+    assert "hold_forever" in err and "Timeout (0:00:02)!" in err, err

@@ -1,6 +1,7 @@
 """The one way our node executables run: construct, spin until Ctrl-C, always clean up."""
 from __future__ import annotations
 
+import faulthandler
 import signal
 import sys
 import threading
@@ -11,14 +12,22 @@ from rclpy.executors import ExternalShutdownException, MultiThreadedExecutor, Si
 
 from .params import check_all_known
 
+# Longest a node may take from the end of its spin to the end of its process: its clean-up
+# is bounded, so a process still there is held by a thread that never ends (Python joins
+# them at exit), and a node that outlives its starter must not go on serving a robot.
+SHUTDOWN_DEADLINE_S = 30.0
+
 
 def run_node(make_node: Callable, *, name: str, args=None, num_threads: int = 1,
-             close: Callable = lambda node: None, startup_errors=(ValueError,)) -> int:
+             close: Callable = lambda node: None, startup_errors=(ValueError,),
+             shutdown_deadline: float = SHUTDOWN_DEADLINE_S) -> int:
     """Spin ``make_node()`` until shutdown and return the process exit code.
 
     A start-up error of the kinds in ``startup_errors`` (a bad parameter, one the node does
     not have, a refused configuration) prints the reason and returns 2 instead of a
     traceback. ``close(node)`` runs before the node is destroyed, whatever ended the spin.
+    A process still alive ``shutdown_deadline`` s after its spin ended prints every thread's
+    stack (what held it) and exits with status 1.
     """
     rclpy.init(args=args)
     node = None
@@ -52,6 +61,7 @@ def run_node(make_node: Callable, *, name: str, args=None, num_threads: int = 1,
         pass
     finally:
         _ignore_interrupts()
+        faulthandler.dump_traceback_later(shutdown_deadline, exit=True)
         close(node)
         node.destroy_node()
         rclpy.try_shutdown()
