@@ -28,7 +28,8 @@ DEFAULT_TOPICS = [
 DEFAULT_EXCLUDE = ["camera/*/depth/*"]
 
 
-def _topic_names(value):
+def topic_names(value):
+    """A list parameter of topic names or patterns: none empty, at least one."""
     return None if value and all(isinstance(t, str) and t for t in value) else \
         "must be a non-empty list of topic names"
 
@@ -36,7 +37,7 @@ def _topic_names(value):
 @dataclass(frozen=True)
 class RecorderSettings:
     topics: tuple = parameter(tuple(DEFAULT_TOPICS), "Topics to record: names or glob "
-                              "patterns, relative to the namespace", check=_topic_names)
+                              "patterns, relative to the namespace", check=topic_names)
     exclude: tuple = parameter(tuple(DEFAULT_EXCLUDE), "Topics not recorded although 'topics' "
                                "matches them (names or glob patterns); [''] = none, e.g. to "
                                "record aligned depth too")

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from rpent_bag.settings import DEFAULT_EXCLUDE, DEFAULT_TOPICS
+from rpent_bag.settings import DEFAULT_EXCLUDE, DEFAULT_TOPICS, topic_names
 from rpent_contract.names import ANSWER_SERVICE, RESET_SERVICE
 from rpent_contract.params import non_negative, parameter, positive, write_params_file
 
@@ -27,11 +27,6 @@ def _port(value):
     return None if 0 <= value <= 65535 else "must be a TCP port in [0, 65535] (0 = any free port)"
 
 
-def _topic_names(value):
-    return None if value and all(isinstance(t, str) and t for t in value) else \
-        "must be a non-empty list of topic names"
-
-
 @dataclass(frozen=True)
 class BridgeSettings:
     allow_remote: bool = parameter(False, "Listen beyond loopback: any machine that reaches "
@@ -49,7 +44,7 @@ class BridgeSettings:
     # What a recording keeps but the executed steps, which no panel shows.
     topics: tuple = parameter(tuple(t for t in DEFAULT_TOPICS if t != "executed_actions"),
                               "Allow-list: topic names or glob patterns, relative to the "
-                              "namespace", check=_topic_names)
+                              "namespace", check=topic_names)
     exclude: tuple = parameter(tuple(DEFAULT_EXCLUDE), "Topics not bridged although 'topics' "
                                "allows them (names or glob patterns); [''] = none. By default "
                                "the cameras' aligned depth, which no panel of the layout "
