@@ -2,9 +2,9 @@
 
 Launch arguments (name, default, what):
   robot_ip                 172.16.0.2       address of the robot's control unit
-  realtime_mode            ''               enforce (a real FR3: PREEMPT_RT kernel) | ignore (franky-sim, development); empty: the config file's
-  relative_dynamics_factor ''               scale of franky's velocity, acceleration and jerk, (0, 1]; empty: the config file's
-  require_approval         ''               true: every motion waits for safety/approve; empty: the config file's
+  realtime_mode            ''               enforce (a real FR3: PREEMPT_RT kernel) | ignore (franky-sim, development); empty: the node's own (enforce; ignore on a twin)
+  relative_dynamics_factor ''               scale of franky's velocity, acceleration and jerk, (0, 1]; empty: the node's own
+  require_approval         ''               true: every motion waits for safety/approve; empty: the node's own (false)
   driver_only              false            true: only the robot (and dashboard / recorder), no agent or model; runs until stopped
   max_episode_steps        1000             control steps before the episode ends
   twin                     false            true: rehearse on the arm's physics twin (objects, cameras, a SAM3 server and an operator) instead of the hardware

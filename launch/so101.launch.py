@@ -3,8 +3,8 @@
 Launch arguments (name, default, what):
   port                     /dev/ttyACM0     serial port of the arm's Feetech bus
   robot_id                 so101_follower   LeRobot robot id (names the calibration file)
-  calibration_dir          ''               folder of <robot_id>.json from lerobot-calibrate; empty: the config file's (LeRobot's default folder)
-  require_approval         ''               true: every motion waits for safety/approve; empty: the config file's
+  calibration_dir          ''               folder of <robot_id>.json from lerobot-calibrate; empty: LeRobot's default folder
+  require_approval         ''               true: every motion waits for safety/approve; empty: the node's own (false)
   driver_only              false            true: only the robot (and dashboard / recorder), no agent or model; runs until stopped
   max_episode_steps        1000             control steps before the episode ends
   twin                     false            true: rehearse on the arm's physics twin (objects, cameras, a SAM3 server and an operator) instead of the hardware

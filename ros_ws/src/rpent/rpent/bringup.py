@@ -17,11 +17,14 @@ from typing import Callable, Optional
 from rpent_agent.settings import AgentSettings
 from rpent_contract.contributions import BRINGUPS as BRINGUP_GROUP
 from rpent_contract.contributions import ContributionError, contributions
-from rpent_contract.params import parameters_of
 from rpent_contract.processes import node_executable, ros_args
+from rpent_contract.settings import parameters_of
 from rpent_contract.spelling import did_you_mean
+from rpent_env_sim.settings import LiberoSettings
 from rpent_foxglove.layout import LANGUAGES, layout_file
 from rpent_foxglove.settings import BridgeSettings
+from rpent_hw.franka.settings import FrankaNodeSettings
+from rpent_hw.so101.settings import SO101NodeSettings
 from rpent_perception.settings import PerceptionSettings
 from rpent_twins.settings import CameraSettings, TwinPortSettings
 
@@ -149,6 +152,10 @@ def agent_argument(name: str, help: str) -> Argument:
     return node_argument(AgentSettings, name, help)
 
 
+def libero_argument(name: str, help: str) -> Argument:
+    return node_argument(LiberoSettings, name, help)
+
+
 AGENT_ARGS = (
     Argument("planner", "", "scripted | api | mcp | claude_code | codex; empty: api if "
              "model set, else scripted"),
@@ -179,7 +186,7 @@ AGENT_ARGS = (
 )
 ARM_ARGS = (
     Argument("require_approval", "", "true: every motion waits for safety/approve; "
-                                      "empty: the config file's"),
+                                      "empty: the node's own (false)"),
     Argument("driver_only", "false", "true: only the robot (and dashboard / recorder), no "
                                      "agent or model; runs until stopped"),
 )
@@ -402,7 +409,7 @@ def _libero_sim(args: dict) -> list:
 
 
 def _given(args: dict, convert: dict) -> dict:
-    """Robot parameters from the arguments a user set; an empty one keeps the config's."""
+    """Robot parameters from the arguments a user set; an empty one keeps the node's own."""
     given = {}
     for name, to in convert.items():
         if args[name] != "":
@@ -606,26 +613,27 @@ def _action_model(args: dict) -> list:
 # The bring-ups rpent itself registers; installed packages add theirs (bringups()).
 BUILT_IN = {b.name: b for b in (
     Bringup("libero_sim", "a LIBERO task: simulated robot, action model, agent", (
-        Argument("suite", "libero_object", "LIBERO / LIBERO-PRO / LIBERO-Plus suite"),
-        Argument("task_id", "0", "task index in the suite"),
-        Argument("seed", "0", "simulator seed"),
-        Argument("init_state_index", "0", "recorded initial state of the task"),
-        Argument("max_episode_steps", "600", "simulator steps before the episode ends"),
-        Argument("privileged", "true", "false: no object poses or native success for the "
-                                       "agent, as on a real arm"),
-        Argument("operator", "auto", "who answers the agent's operator requests: auto (the "
-                                     "simulator) | human (rpent operator, the Foxglove layout)"),
-        Argument("render_device", "-1", "EGL device (GPU index) the simulator renders on; -1: "
-                                        "MUJOCO_EGL_DEVICE_ID, else the first"),
+        libero_argument("suite", "LIBERO / LIBERO-PRO / LIBERO-Plus suite"),
+        libero_argument("task_id", "task index in the suite"),
+        libero_argument("seed", "simulator seed"),
+        libero_argument("init_state_index", "recorded initial state of the task"),
+        libero_argument("max_episode_steps", "simulator steps before the episode ends"),
+        libero_argument("privileged", "false: no object poses or native success for the "
+                                      "agent, as on a real arm"),
+        libero_argument("operator", "who answers the agent's operator requests: auto (the "
+                                    "simulator) | human (rpent operator, the Foxglove layout)"),
+        libero_argument("render_device", "EGL device (GPU index) the simulator renders on; -1: "
+                                         "MUJOCO_EGL_DEVICE_ID, else the first"),
         *AGENT_ARGS, *model_args("scripted"),
         *perception_args("auto", "auto (sim when privileged:=false, else none) | sim | "
                                  "sam3_http | none"), *VIEW_ARGS), _libero_sim),
     Bringup("franka", "a Franka FR3 through franky, action model, agent", (
-        Argument("robot_ip", "172.16.0.2", "address of the robot's control unit"),
+        node_argument(FrankaNodeSettings, "robot_ip", "address of the robot's control unit"),
         Argument("realtime_mode", "", "enforce (a real FR3: PREEMPT_RT kernel) | ignore "
-                                      "(franky-sim, development); empty: the config file's"),
+                                      "(franky-sim, development); empty: the node's own "
+                                      "(enforce; ignore on a twin)"),
         Argument("relative_dynamics_factor", "", "scale of franky's velocity, acceleration "
-                                                 "and jerk, (0, 1]; empty: the config file's"),
+                                                 "and jerk, (0, 1]; empty: the node's own"),
         *ARM_ARGS,
         Argument("max_episode_steps", "1000", "control steps before the episode ends"),
         *twin_args("franka"),
@@ -634,10 +642,12 @@ BUILT_IN = {b.name: b for b in (
         *AGENT_ARGS, *model_args("none"), *perception_args("auto", ARM_PERCEPTION),
         *VIEW_ARGS), _franka),
     Bringup("so101", "an SO-101 arm through LeRobot, action model, agent", (
-        Argument("port", "/dev/ttyACM0", "serial port of the arm's Feetech bus"),
-        Argument("robot_id", "so101_follower", "LeRobot robot id (names the calibration file)"),
-        Argument("calibration_dir", "", "folder of <robot_id>.json from lerobot-calibrate; "
-                                        "empty: the config file's (LeRobot's default folder)"),
+        node_argument(SO101NodeSettings, "port", "serial port of the arm's Feetech bus"),
+        node_argument(SO101NodeSettings, "robot_id", "LeRobot robot id (names the calibration "
+                                                     "file)"),
+        node_argument(SO101NodeSettings, "calibration_dir", "folder of <robot_id>.json from "
+                                                            "lerobot-calibrate; empty: "
+                                                            "LeRobot's default folder"),
         *ARM_ARGS,
         Argument("max_episode_steps", "1000", "control steps before the episode ends"),
         *twin_args("so101"),

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from rpent_contract.params import one_of, parameter, positive, write_params_file
+from rpent_contract.settings import one_of, parameter, positive, write_params_file
 
 from .planners import PLANNERS
 from .prompts import LANGUAGES

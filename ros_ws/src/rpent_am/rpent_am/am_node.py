@@ -88,7 +88,7 @@ from rpent_interfaces.action import Predict
 from rpent_interfaces.msg import RobotState
 from rpent_interfaces.srv import GetModelMeta, GetObjectPoses, GetRobotInfo, Locate, ResetPolicy
 
-from .backends import BACKENDS, make_backend
+from .backends import make_backend
 from .observation import (
     ObservationError,
     check_chunk_shape,
@@ -97,6 +97,7 @@ from .observation import (
     from_msg,
     state_from_robot_state,
 )
+from .settings import BACKEND_SETTINGS, MAX_GOALS, ActionModelSettings
 from .policy import (
     BackendError,
     Batcher,
@@ -109,12 +110,8 @@ from .policy import (
     SessionTable,
 )
 
-# The executor runs every predict goal on a thread of its own for the goal's whole life
-# (a stream waits for observations and inference there), so it gets this many threads for
-# goals plus a reserve that keeps services and cancels answered however many goals run;
-# ``max_goals`` may not exceed it. Observations arrive on a thread of their own
-# (ObservationHub).
-MAX_GOALS = 64
+# Executor threads beyond one per goal (settings.MAX_GOALS); observations arrive on a
+# thread of their own (ObservationHub).
 RESERVE_THREADS = 4
 # A robot's observation subscriptions outlive their last goal by this long, so a client
 # asking again soon finds them connected, with no discovery wait.
@@ -354,38 +351,17 @@ class ActionModelNode(Node):
 
     def __init__(self, backend: Optional[PolicyBackend] = None, **node_kwargs):
         super().__init__("action_model", **node_kwargs)
-        d = lambda *a, **k: params.declare(self, *a, **k)  # noqa: E731
-        self.backend_name = d("backend", "scripted", "Policy backend", params.one_of(*BACKENDS))
-        self.robot_namespace = d(
-            "robot_namespace", "", "Namespace of the robot whose topics give the latest "
-            "observation (goals may name another)")
-        self.robot_wait = d("robot_wait_timeout", 60.0,
-                            "s to wait at start-up for the robot's get_robot_info",
-                            params.positive)
-        self.max_goals = d("max_goals", 32, f"predict goals served at once (at most "
-                           f"{MAX_GOALS}); more are refused with the reason",
-                           lambda v: None if 1 <= v <= MAX_GOALS else f"must be 1..{MAX_GOALS}")
-        self.clip_actions = d(
-            "clip_actions", True, "Clip the backend's chunks to the bounds of its action "
-            "space: trained policies overshoot them a little (LIBERO's own environment clips "
-            "too); false refuses such a chunk instead")
-        self.max_observation_age = d(
-            "max_observation_age", 2.0, "s: robot_state older than this is not predicted "
-            "from (a disconnected or stalled robot)", params.positive)
-        self._sessions = SessionTable(
-            d("max_sessions", 64, "policy sessions held at once; beyond it the least "
-              "recently used idle one is forgotten", params.positive),
-            d("session_ttl", 600.0, "s after which an unused policy session is forgotten",
-              params.positive))
-        max_batch = d("max_batch", 8, "predict goals whose inferences run as one batch at "
-                      "most, for backends that batch (lerobot, scripted); 1: one at a time",
-                      lambda v: None if 1 <= v <= MAX_GOALS else f"must be 1..{MAX_GOALS}")
-        batch_wait = d("max_batch_wait_ms", 5.0, "ms a batch waits for more goals after its "
-                       "first (none once every client it can expect is in it: a lone client "
-                       "never waits)",
-                       lambda v: None if 0 <= v <= 1000 else "must be 0..1000")
+        self.settings = settings = params.declare_settings(self, ActionModelSettings)
+        self.backend_name = settings.backend
+        self.robot_namespace = settings.robot_namespace
+        self.robot_wait = settings.robot_wait_timeout
+        self.max_goals = settings.max_goals
+        self.clip_actions = settings.clip_actions
+        self.max_observation_age = settings.max_observation_age
+        self._sessions = SessionTable(settings.max_sessions, settings.session_ttl)
+        max_batch, batch_wait = settings.max_batch, settings.max_batch_wait_ms
         self._client_group = ReentrantCallbackGroup()
-        self.backend: PolicyBackend = backend or self._make_backend(d)
+        self.backend: PolicyBackend = backend or self._make_backend()
         meta = self.backend.meta
         self.meta = meta
         self._model = InferenceWorker(meta.backend)
@@ -420,16 +396,15 @@ class ActionModelNode(Node):
             f"{f', batches of up to {max_batch}' if self._batcher else ''}")
 
     # --- backends ----------------------------------------------------------------------
-    def _make_backend(self, d) -> PolicyBackend:
+    def _make_backend(self) -> PolicyBackend:
         # Every model's chunks must fit a control space the robot declares; the node takes
         # that space's definition (bounds, scales) from the robot itself.
-        space_name = d("action_space", "", "Robot control space the model drives; empty: the "
-                       "robot's default (libero_osc_delta on LIBERO, ee_delta on the arms)")
+        backend = params.declare_settings(self, BACKEND_SETTINGS[self.backend_name])
         info = self._call(GetRobotInfo, GET_ROBOT_INFO_SERVICE, self.robot_wait, "action model")
-        space_name = space_name or info.default_control_space
+        space_name = self.settings.action_space or info.default_control_space
         for space in info.control_spaces:
             if space.name == space_name:
-                return make_backend(self.backend_name, d, ControlSpaceSpec.from_msg(space),
+                return make_backend(self.backend_name, backend, ControlSpaceSpec.from_msg(space),
                                     info, {"simulator": self._find_in_simulator,
                                            "perception": self._find_by_perception})
         raise params.ParameterError(

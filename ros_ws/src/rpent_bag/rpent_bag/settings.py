@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from rpent_contract.params import non_negative, parameter, positive, write_params_file
+from rpent_contract.settings import non_negative, parameter, positive, write_params_file
 
 DEFAULT_TOPICS = [
     "joint_states", "ee_pose", "robot_state", "task_status", "executed_actions",

@@ -1,6 +1,7 @@
 """RobotContractNode: the ROS side of every robot node (sim or real).
 
-It declares the contract's parameters (frames, workspace, per-step limits, operator), builds
+It declares the node's parameters (its ``settings_type``: the contract's frames, workspace,
+per-step limits and operator, and the embodiment's own), builds
 the embodiment's :class:`~rpent_contract.driver.RobotDriver` (a subclass's
 :meth:`RobotContractNode.create_driver`) and composes the parts that serve the contract
 (see ARCHITECTURE.md, "The robot contract"):
@@ -28,6 +29,7 @@ from .motion_server import MotionLimits, MotionServer
 from .names import GET_ROBOT_INFO_SERVICE
 from .node_main import run_node
 from .operator_server import OperatorServer
+from .robot_settings import RobotSettings
 from .serving import service
 from .sim_services import SimServices
 from .state_publisher import StatePublisher
@@ -43,58 +45,28 @@ def default_frame_prefix(namespace: str) -> str:
 
 
 class RobotContractNode(Node):
-    """Base class of robot nodes; subclasses implement :meth:`create_driver`."""
+    """Base class of robot nodes; subclasses name their settings class (``settings_type``)
+    and implement :meth:`create_driver`."""
 
-    def __init__(self, node_name: str, *, default_workspace=((-1.0, -1.0, 0.0), (1.0, 1.0, 1.5)),
-                 default_frames=("base_link", "ee_link"), **kwargs):
+    settings_type = RobotSettings
+
+    def __init__(self, node_name: str, **kwargs):
         super().__init__(node_name, **kwargs)
-        d = lambda *a, **k: params.declare(self, *a, **k)  # noqa: E731
-        self.frame_prefix = d(
-            "frame_prefix", default_frame_prefix(self.get_namespace()),
-            "Prefix of every frame this robot publishes, so several robots share one tf tree; "
-            "default '<namespace>/' for a namespaced node, '' otherwise",
-            lambda v: "must not start with '/': tf2 frame ids have no leading slash"
-            if v.startswith("/") else None)
-        self._base_link = d("base_frame", default_frames[0],
-                            "Frame of ee_pose, workspace and goals (frame_prefix is added)")
-        self._ee_link = d("ee_frame", default_frames[1],
-                          "End-effector frame (frame_prefix is added)")
+        self.settings = settings = params.declare_settings(self, self.settings_type, defaults={
+            "frame_prefix": default_frame_prefix(self.get_namespace()),
+            "robot_description_file": self.default_robot_description_file})
+        self.frame_prefix = settings.frame_prefix
+        self._base_link, self._ee_link = settings.base_frame, settings.ee_frame
         self.base_frame = self.frame_prefix + self._base_link
         self.ee_frame = self.frame_prefix + self._ee_link
-        lo = d("workspace_min", [float(v) for v in default_workspace[0]], "Workspace box lower corner (x, y, z) in m",
-               params.vector(3))
-        hi = d("workspace_max", [float(v) for v in default_workspace[1]], "Workspace box upper corner (x, y, z) in m",
-               params.vector(3))
         try:
-            self.workspace = Workspace(lo, hi)
+            self.workspace = Workspace(settings.workspace_min, settings.workspace_max)
         except ValueError as err:
             raise params.ParameterError(f"workspace_min/workspace_max: {err}") from None
-        self.max_translation_step = d(
-            "max_translation_step", 0.02, "Largest move_to translation per control step, m",
-            params.positive)
-        self.max_rotation_step = d(
-            "max_rotation_step", 0.1, "Largest move_to rotation per control step, rad",
-            params.positive)
-        self.move_to_timeout = d(
-            "move_to_timeout", 30.0, "Default move_to budget in seconds of robot time",
-            params.positive)
-        self.external_cameras = [n for n in d(
-            "external_cameras", [""],
-            "Cameras another driver publishes (realsense2_camera, usb_cam ...), its topics "
-            "remapped onto camera/<name>/image_raw and camera_info: listed in get_robot_info "
-            "so the agent and models use them; [''] = none") if n]
-        self.publish_rate = d(
-            "publish_rate", 0.0, "Rate of state and camera topics in Hz; 0 = the control rate",
-            params.non_negative)
-        self.state_timeout = d(
-            "state_timeout", 0.5,
-            "A measurement older than this (a robot that stopped answering) makes robot_state "
-            "report an error, and pauses joint_states, ee_pose, tf and the cameras until a "
-            "new one arrives, s", params.positive)
-        self.model = self._load_model(d(
-            "robot_description_file", self.default_robot_description_file(),
-            "URDF published on robot_description; its links go on tf at the measured joint "
-            "positions. '' = none"))
+        self.max_translation_step = settings.max_translation_step
+        self.max_rotation_step = settings.max_rotation_step
+        self.external_cameras = [n for n in settings.external_cameras if n]
+        self.model = self._load_model(settings.robot_description_file)
         # Cameras fixed to the robot or the room: name -> (frame it is mounted on, position,
         # quaternion x, y, z, w of its optical frame there); create_driver fills it in.
         self.camera_mounts: dict = {}
@@ -104,32 +76,26 @@ class RobotContractNode(Node):
         self.description = desc
         try:
             self._check_frames(desc)
+            if settings.operator == "auto" and not desc.simulated:
+                raise params.ParameterError(
+                    "parameter 'operator' = 'auto': must be 'human' on a real robot: nothing "
+                    "but a person can judge its task or put its scene back")
         except params.ParameterError:
             self.driver.close()
             raise
-        self.operator = d(
-            "operator", "auto" if desc.simulated else "human",
-            "Who answers operator requests: 'human' (rpent operator, the Foxglove layout's "
-            "operator panel) or, in simulation, 'auto' (verdict = the simulator's success "
-            "check, scene reset = simulator reset)",
-            lambda v: None if v == "human" or (v == "auto" and desc.simulated) else (
-                "must be 'human' on a real robot: nothing but a person can judge its task or "
-                "put its scene back" if v == "auto" else "must be 'auto' or 'human'"))
-        self.operator_timeout = d(
-            "operator_timeout", 600.0, "Default wait for an operator's answer, s",
-            params.positive)
         self.publisher = StatePublisher(
             self, self.driver, desc, model=self.model, frame_prefix=self.frame_prefix,
             base_link=self._base_link, ee_link=self._ee_link, camera_mounts=self.camera_mounts,
-            state_timeout=self.state_timeout, rate=self.publish_rate or desc.control_rate,
+            state_timeout=settings.state_timeout,
+            rate=settings.publish_rate or desc.control_rate,
             status=lambda: (self.motions.mode, self.motions.active_goal))
         self.motions = MotionServer(
             self, self.driver, desc, self.publisher, MotionLimits(
                 self.workspace, self.max_translation_step, self.max_rotation_step,
-                self.move_to_timeout), self.base_frame)
+                settings.move_to_timeout), self.base_frame)
         self.operator_desk = OperatorServer(
-            self, self.driver, self.publisher, who=self.operator,
-            timeout=self.operator_timeout, reset_episode=self.motions.reset_episode)
+            self, self.driver, self.publisher, who=settings.operator,
+            timeout=settings.operator_timeout, reset_episode=self.motions.reset_episode)
         if desc.simulated:
             SimServices(self, self.driver, desc, frame_prefix=self.frame_prefix,
                         base_frame=self.base_frame)
@@ -142,11 +108,12 @@ class RobotContractNode(Node):
 
     # --- subclass hook -----------------------------------------------------------------
     def create_driver(self) -> RobotDriver:
-        """Declare embodiment parameters and build the driver."""
+        """Build the driver from ``self.settings``."""
         raise NotImplementedError
 
-    def default_robot_description_file(self) -> str:
-        """URDF of this embodiment that an installed package ships, '' if none."""
+    def default_robot_description_file(self, settings: dict) -> str:
+        """URDF of this embodiment that an installed package ships, '' if none;
+        ``settings``: the parameters declared so far (its frames), by name."""
         return ""
 
     # --- robot model and frames ------------------------------------------------------------

@@ -425,7 +425,7 @@ class _FakeNode:
 
 
 def test_params_value_checks():
-    from rpent_contract.params import non_negative, one_of, positive, vector
+    from rpent_contract.settings import non_negative, one_of, positive, vector
 
     assert positive(1) is None and positive(0.5) is None
     assert positive(0) and positive(-1.0) and positive(math.inf) and positive("1")
@@ -436,7 +436,8 @@ def test_params_value_checks():
 
 
 def test_params_declare_validates_and_names_parameter():
-    from rpent_contract.params import ParameterError, declare, positive, vector
+    from rpent_contract.params import ParameterError, declare
+    from rpent_contract.settings import positive, vector
 
     assert declare(_FakeNode(), "rate", 10.0, "Hz", positive) == 10.0
     assert declare(_FakeNode({"lo": [1.0, 2.0, 3.0]}), "lo", [0.0] * 3, "m", vector(3)) \

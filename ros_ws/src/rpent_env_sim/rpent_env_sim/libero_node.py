@@ -46,7 +46,8 @@ from .cartesian_controller import (
     move_to as osc_move_to,
     pose_error,
 )
-from .libero_sim import RENDER_QUALITIES, LiberoSim, SimObservation, panda_urdf, suite_tasks
+from .libero_sim import LiberoSim, SimObservation, panda_urdf, suite_tasks
+from .settings import LiberoSettings
 
 GRIPPER_OPEN, GRIPPER_CLOSE, GRIPPER_HOLD = -1.0, 1.0, 0.0
 # Franka hand: fingers travel 0.04 m each.
@@ -321,17 +322,18 @@ class LiberoDriver(RobotDriver):
 
 
 class LiberoNode(RobotContractNode):
-    def __init__(self):
-        # Base frame = robot0_base; the table top is near z = 0 and objects sit on it.
-        super().__init__("libero_sim", default_workspace=((0.05, -0.55, -0.05), (0.95, 0.55, 0.75)))
+    settings_type = LiberoSettings
 
-    def default_robot_description_file(self) -> str:
+    def __init__(self):
+        super().__init__("libero_sim")
+
+    def default_robot_description_file(self, settings: dict) -> str:
         # Generated from the simulator's Panda into the user's cache, where it outlives the
         # node: bags recorded now still find their meshes.
         cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
         try:
-            return str(panda_urdf(cache / "rpent" / "libero_panda", self._base_link,
-                                  self._ee_link))
+            return str(panda_urdf(cache / "rpent" / "libero_panda", settings["base_frame"],
+                                  settings["ee_frame"]))
         except OSError as err:
             raise params.ParameterError(
                 f"cannot write the Panda's robot description under {cache}: {err}; set "
@@ -339,45 +341,13 @@ class LiberoNode(RobotContractNode):
                 "publish no model") from None
 
     def create_driver(self) -> RobotDriver:
-        d = lambda *a, **k: params.declare(self, *a, **k)  # noqa: E731
-        suites = LiberoSim.available_suites()
-        non_negative_int = lambda v: None if v >= 0 else "must be >= 0"  # noqa: E731
+        s = self.settings
         return LiberoDriver(
-            suite=d("suite", "libero_object", "LIBERO / LIBERO-PRO / LIBERO-Plus suite",
-                    params.one_of(*suites)),
-            task_id=d("task_id", 0, "Task index in the suite", non_negative_int),
-            seed=d("seed", 0, "Simulator seed", non_negative_int),
-            init_state_index=d("init_state_index", 0,
-                               "Index of the benchmark's recorded initial state",
-                               non_negative_int),
-            cameras=d("cameras", ["agentview", "robot0_eye_in_hand"],
-                      "MuJoCo cameras published as camera/<name>/image_raw",
-                      lambda v: None if v else "needs at least one camera"),
-            image_height=d("image_height", 128, "Camera image height, px",
-                           lambda v: None if 16 <= v <= 2048 else "must be in [16, 2048]"),
-            image_width=d("image_width", 128, "Camera image width, px",
-                          lambda v: None if 16 <= v <= 2048 else "must be in [16, 2048]"),
-            render_quality=d("render_quality", "low",
-                             "low (fast: no anti-aliasing / reflections) or high (LIBERO's look)",
-                             params.one_of(*RENDER_QUALITIES)),
-            render_device=d("render_device", -1, "EGL device (GPU index) the cameras render "
-                            "on; -1: MUJOCO_EGL_DEVICE_ID, else the first",
-                            lambda v: None if v >= -1 else "must be -1 or a device index"),
-            max_episode_steps=d("max_episode_steps", 600, "Episode step cap",
-                                lambda v: None if v > 0 else "must be > 0"),
-            real_time=d("real_time", False,
-                        "Pace steps to the control rate (else run as fast as the CPU allows)"),
-            privileged=d("privileged", True,
-                         "Offer the simulator's object poses and native success to the agent; "
-                         "false runs the task as on a real arm (success is then only in "
-                         "task_status.native_success, for evaluation)"),
-            camera_rate=d("camera_rate", 0.0,
-                          "Camera frame rate in Hz of simulated time, as a real camera's; "
-                          "0 = every control step. Frames are rendered only for steps "
-                          "someone looks at (a camera subscriber, a camera/trigger)",
-                          params.non_negative),
-            base_frame=self.base_frame,
-        )
+            suite=s.suite, task_id=s.task_id, seed=s.seed, init_state_index=s.init_state_index,
+            cameras=list(s.cameras), image_height=s.image_height, image_width=s.image_width,
+            render_quality=s.render_quality, render_device=s.render_device,
+            max_episode_steps=s.max_episode_steps, real_time=s.real_time,
+            privileged=s.privileged, camera_rate=s.camera_rate, base_frame=self.base_frame)
 
 
 def main(args=None):

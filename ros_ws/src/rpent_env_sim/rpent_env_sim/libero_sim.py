@@ -55,7 +55,8 @@ from rpent_contract.geometry import (  # noqa: E402
     wxyz_to_xyzw,
 )
 
-RENDER_QUALITIES = ("low", "high")
+from .settings import RENDER_QUALITIES  # noqa: E402
+
 
 LIBERO_PLUS = "liberoplus_"
 _LIBERO_PLUS_SUITES = ("spatial", "object", "goal", "10")  # its libero_<name>

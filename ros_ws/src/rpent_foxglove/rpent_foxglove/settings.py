@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 from rpent_bag.settings import DEFAULT_EXCLUDE, DEFAULT_TOPICS, topic_names
 from rpent_contract.names import ANSWER_SERVICE, RESET_SERVICE
-from rpent_contract.params import non_negative, parameter, positive, write_params_file
+from rpent_contract.settings import non_negative, parameter, positive, write_params_file
 
 
 def _rate_limits(value):

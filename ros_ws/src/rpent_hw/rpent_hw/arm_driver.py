@@ -44,7 +44,7 @@ class ArmSettings:
     control_rate: float  # Hz: chunk steps and state cycles
     safety: SafetyLayer
     approval: ApprovalGate
-    cameras: dict  # name -> (source, width, height, (fx, fy, cx, cy), lens), from declare_cameras
+    cameras: dict  # name -> (source, width, height, (fx, fy, cx, cy), lens): cameras.camera_specs
     instruction: str  # published on task_status
     settle_timeout: float  # s: longest wait for the arm to come to rest after a motion
 

@@ -1,22 +1,25 @@
-"""What every real arm's node adds to the robot contract: the safety layer's parameters and
-the operator approval gate's service (``safety/approve``) and topic (``safety/pending``)."""
+"""What every real arm's node adds to the robot contract: the safety layer, cameras and
+approval gate built from its settings (``arm_settings``), and the gate's service
+(``safety/approve``) and topic (``safety/pending``)."""
 from __future__ import annotations
 
 from std_msgs.msg import String
 from std_srvs.srv import SetBool
 
-from rpent_contract import params
 from rpent_contract.names import APPROVE_SERVICE, PENDING_TOPIC
 from rpent_contract.qos import LATCHED_QOS
 from rpent_contract.robot_node import RobotContractNode
 from rpent_contract.serving import service
 
-from .cameras import declare_camera_mounts, declare_cameras
-from .safety import ApprovalGate, SafetyLimits, declare_approval_gate
+from .arm_settings import ArmNodeSettings
+from .cameras import camera_mounts, camera_specs
+from .safety import ApprovalGate, SafetyLimits
 
 
 class ArmNode(RobotContractNode):
     """Base of real-arm nodes; their driver exposes its :class:`ApprovalGate` as ``approval``."""
+
+    settings_type = ArmNodeSettings
 
     def __init__(self, node_name: str, **kwargs):
         super().__init__(node_name, **kwargs)
@@ -27,44 +30,21 @@ class ArmNode(RobotContractNode):
         self._pending = None
         self.create_timer(0.1, lambda: self._publish_pending(gate))
 
-    def declare_arm(self, rate: float, rate_help: str, max_goal_translation: float,
-                    velocity_scale: bool = False) -> tuple:
-        """What every arm declares first: its control rate (Hz, ``rate`` by default), the
-        safety limits, the approval gate and its cameras (``camera_mounts`` put them on tf).
-        Returns (control rate, SafetyLimits, ApprovalGate, cameras)."""
-        d = lambda *a, **k: params.declare(self, *a, **k)  # noqa: E731
-        rate = d("control_rate", rate, rate_help,
-                 lambda v: None if 0 < v <= 200 else "must be in (0, 200] Hz")
-        limits = self.declare_safety_limits(max_goal_translation, velocity_scale)
-        approval = declare_approval_gate(d)
-        cameras = declare_cameras(d)
-        self.camera_mounts = declare_camera_mounts(d, cameras, self._base_link,
-                                                   self.get_logger(), self.external_cameras)
-        return rate, limits, approval, cameras
-
-    def declare_safety_limits(self, max_goal_translation: float,
-                              velocity_scale: bool = False) -> SafetyLimits:
-        """The safety layer's limits: the contract's workspace and step limits plus these."""
-        d = lambda *a, **k: params.declare(self, *a, **k)  # noqa: E731
-        extra = {}
-        if velocity_scale:
-            extra["velocity_scale"] = d(
-                "velocity_scale", 1.0, "Safety scaling of every motion's velocity/acceleration/"
-                "jerk", lambda v: None if 0 < v <= 1 else "must be in (0, 1]")
-        return SafetyLimits(
-            workspace=self.workspace,
-            max_translation_step=self.max_translation_step,
+    def arm_parts(self, velocity_scale: float = 1.0) -> tuple:
+        """What every arm's driver is built with, from its settings: (SafetyLimits,
+        ApprovalGate, cameras); ``camera_mounts`` then put its cameras on tf."""
+        settings = self.settings
+        limits = SafetyLimits(
+            workspace=self.workspace, max_translation_step=self.max_translation_step,
             max_rotation_step=self.max_rotation_step,
-            max_goal_translation=d("max_goal_translation", max_goal_translation,
-                                   "Farthest a goal may move the end effector from its start, m",
-                                   params.positive),
-            max_goal_rotation=d("max_goal_rotation", 1.6,
-                                "Largest rotation of the end effector in one goal, rad",
-                                params.positive),
-            watchdog_timeout=d("watchdog_timeout", 0.5,
-                               "Stop the arm when a chunk's next command is this late, s",
-                               params.positive),
-            **extra)
+            max_goal_translation=settings.max_goal_translation,
+            max_goal_rotation=settings.max_goal_rotation,
+            watchdog_timeout=settings.watchdog_timeout, velocity_scale=velocity_scale)
+        approval = ApprovalGate(settings.require_approval, settings.approval_timeout)
+        cameras = camera_specs(settings)
+        self.camera_mounts = camera_mounts(settings, cameras, self._base_link,
+                                           self.get_logger(), self.external_cameras)
+        return limits, approval, cameras
 
     def _answer(self, gate: ApprovalGate, request, response):
         response.success, response.message = gate.answer(bool(request.data))

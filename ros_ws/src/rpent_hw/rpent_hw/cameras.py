@@ -19,6 +19,7 @@ import cv2
 import numpy as np
 
 from rpent_contract.driver import CameraImage, Lens
+from rpent_contract.settings import ParameterError
 
 
 class OpenCVCamera:
@@ -125,29 +126,16 @@ def load_calibration(path: str, width: int, height: int) -> tuple:
     return intrinsics, lens
 
 
-def declare_cameras(d) -> dict:
-    """Declare a robot node's OpenCV camera parameters (``d``: rpent_contract.params.declare
-    bound to the node); return name -> (source, width, height, (fx, fy, cx, cy), lens)."""
-    from rpent_contract.params import ParameterError
-
-    names = d("cameras", [""], "OpenCV camera names (camera/<name>/image_raw); [''] = none")
-    sources = d("camera_sources", [""], "Capture source per camera: index, /dev path, URL "
-                "or video file")
-    names, sources = [n for n in names if n], [s for s in sources if s]
+def camera_specs(settings) -> dict:
+    """The OpenCV cameras an arm node's settings (``rpent_hw.arm_settings``) name: name ->
+    (source, width, height, (fx, fy, cx, cy), lens)."""
+    names = [n for n in settings.cameras if n]
+    sources = [s for s in settings.camera_sources if s]
     if len(names) != len(sources):
         raise ParameterError(
             f"cameras {names} and camera_sources {sources} need one source per camera")
-    width = d("camera_width", 640, "Camera image width, px",
-              lambda v: None if 16 <= v <= 4096 else "must be in [16, 4096]")
-    height = d("camera_height", 480, "Camera image height, px",
-               lambda v: None if 16 <= v <= 4096 else "must be in [16, 4096]")
-    fov = d("camera_fov_deg", 69.0, "Horizontal field of view for the intrinsics of cameras "
-            "without a calibration file, degrees",
-            lambda v: None if 1 < v < 179 else "must be in (1, 179)")
-    files = [f for f in d("camera_calibration_files", [""],
-                          "Per camera, in the order of cameras: a ROS camera_calibration "
-                          "YAML, or '-' for intrinsics from camera_fov_deg; [''] = none")
-             if f]
+    width, height, fov = settings.camera_width, settings.camera_height, settings.camera_fov_deg
+    files = [f for f in settings.camera_calibration_files if f]
     if files and len(files) != len(names):
         raise ParameterError(f"camera_calibration_files has {len(files)} entries for cameras "
                              f"{names}: give one per camera ('-' for none), in the same order")
@@ -165,21 +153,13 @@ def declare_cameras(d) -> dict:
     return cameras
 
 
-def declare_camera_mounts(d, cameras, base_frame: str, log, external=()) -> dict:
-    """Declare where each camera is mounted (``camera_extrinsics``: one entry per camera of
-    the node's own, then optionally one per ``external`` camera); return name -> (mount
-    frame, position, quaternion x, y, z, w) of its optical frame (z forward, x right, y
-    down) in the mount frame, for the node's /tf_static. Cameras without extrinsics are
-    named in a warning: their images carry an optical frame that tf cannot place."""
-    from rpent_contract.params import ParameterError
-
-    entries = [e for e in d(
-        "camera_extrinsics", [""],
-        "Per camera, in the order of cameras (then, optionally, external_cameras): '<mount "
-        "frame> x y z qx qy qz qw', the optical "
-        "frame (z forward, x right, y down) in the mount frame (a link of the robot, e.g. the "
-        f"hand for a wrist camera, or the base frame '{base_frame}' for one fixed in the "
-        "room), m; [''] = unknown") if e]
+def camera_mounts(settings, cameras, base_frame: str, log, external=()) -> dict:
+    """Where each camera is mounted (``settings.camera_extrinsics``: one entry per camera of
+    the node's own, then optionally one per ``external`` camera): name -> (mount frame,
+    position, quaternion x, y, z, w) of its optical frame (z forward, x right, y down) in
+    the mount frame, for the node's /tf_static. Cameras without extrinsics are named in a
+    warning: their images carry an optical frame that tf cannot place."""
+    entries = [e for e in settings.camera_extrinsics if e]
     names = list(cameras)
     if external and len(entries) == len(names) + len(external):
         names += list(external)

@@ -295,16 +295,3 @@ class ApprovalGate:
             self._answer = approve
             self._cond.notify_all()
             return True, f"{'approved' if approve else 'denied'}: {self._pending}"
-
-
-def declare_approval_gate(d) -> "ApprovalGate":
-    """Declare the approval parameters of a robot node (``d``: rpent_contract.params.declare
-    bound to the node) and build its gate."""
-    from rpent_contract.params import positive
-
-    return ApprovalGate(
-        d("require_approval", False,
-          "Hold every motion until an operator approves it on safety/approve "
-          "(recommended on hardware while a policy is untested)"),
-        d("approval_timeout", 60.0, "Refuse a motion not approved within this time, s",
-          positive))

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from rpent_contract.params import one_of, parameter, positive
+from rpent_contract.settings import one_of, parameter, positive
 
 BACKENDS = ("sim", "sam3_http")
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from rpent_contract.params import parameter, positive
+from rpent_contract.settings import parameter, positive
 
 from .twin_port import DEFAULT_PORT
 
@@ -44,10 +44,9 @@ class CameraSettings(TwinPortSettings):
                                 check=positive)
     depth_max: float = parameter(10.0, "Depth beyond this is published as 0 (no measurement)",
                                  "m", positive)
-    # Its default depends on the namespace: the node gives it at start-up.
     frame_prefix: str = parameter("", "Prefix of the optical frames, as the robot node's "
                                   "frame_prefix (default '<namespace>/' for a namespaced node, "
-                                  "'' otherwise)")
+                                  "'' otherwise)", at_startup=True)
     sam3_port: int = parameter(0, "TCP port of the ground-truth SAM3 server on 127.0.0.1; 0 = "
                                "none", check=lambda v: None if 0 <= v < 65536
                                else "must be a TCP port or 0")

@@ -1,11 +1,20 @@
-"""The FR3's limits, control spaces and settings."""
+"""The FR3's limits, control spaces, its node's parameters and its driver's settings."""
 from __future__ import annotations
 
 from dataclasses import dataclass
 
 from rpent_contract.control_space import ControlSpaceSpec
+from rpent_contract.settings import (
+    one_of,
+    parameter,
+    positive,
+    vector,
+    with_default,
+    write_params_file,
+)
 
 from ..arm_driver import ArmSettings, ee_delta_space
+from ..arm_settings import ArmNodeSettings
 
 ARM_JOINTS = tuple(f"fr3_joint{i}" for i in range(1, 8))
 FINGER_JOINTS = ("fr3_finger_joint1", "fr3_finger_joint2")
@@ -53,3 +62,73 @@ class FrankaSettings(ArmSettings):
     gripper_force: float  # N when a goal gives none
     connect_timeout: float  # s to keep trying to reach the arm at start-up
     reflex_retries: int  # times per chunk a late-stream error is recovered from
+
+
+def _home_check(value):
+    """home_joints: 7 finite angles inside the FR3's joint limits."""
+    why = vector(7)(value)
+    if why:
+        return why
+    outside = [f"joint {i + 1}: {v:g} not in [{lo:g}, {hi:g}]"
+               for i, (v, lo, hi) in enumerate(zip(value, JOINT_LOWER, JOINT_UPPER))
+               if not lo <= v <= hi]
+    return f"outside the FR3 joint limits ({'; '.join(outside)})" if outside else None
+
+
+def _unit_interval(value):
+    return None if 0 < value <= 1 else "must be in (0, 1]"
+
+
+@dataclass(frozen=True)
+class FrankaNodeSettings(ArmNodeSettings):
+    """The Franka node's parameters (``config/franka.yaml`` is written from them); the
+    defaults are for a real FR3."""
+    base_frame: str = with_default(ArmNodeSettings, "base_frame", "fr3_link0")
+    ee_frame: str = with_default(ArmNodeSettings, "ee_frame", "fr3_hand_tcp")
+    # The box keeps the hand above the table in front of the arm.
+    workspace_min: tuple = with_default(ArmNodeSettings, "workspace_min", (0.25, -0.45, 0.05))
+    workspace_max: tuple = with_default(ArmNodeSettings, "workspace_max", (0.80, 0.45, 0.80))
+    # franky-sim's joints creep on after a motion: its arm needs longer to come to rest.
+    settle_timeout: float = with_default(ArmNodeSettings, "settle_timeout", 5.0)
+    robot_ip: str = parameter("172.16.0.2", "Franka control (FCI) address",
+                              check=lambda v: None if v else "must not be empty")
+    gripper: bool = parameter(True, "Use the Franka Hand")
+    realtime_mode: str = parameter(
+        "enforce", "enforce: refuse to run without a realtime kernel (hardware); ignore: run "
+        "anyway (franky-sim, development)", check=one_of("enforce", "ignore"))
+    relative_dynamics_factor: float = parameter(0.2, "franky relative dynamics factor of "
+                                                "every motion", check=_unit_interval)
+    velocity_scale: float = parameter(1.0, "Safety scaling of every motion's velocity, "
+                                      "acceleration and jerk", check=_unit_interval)
+    max_joint_step: float = parameter(0.05, "Largest joint change per step of "
+                                      "joint_position", "rad", positive)
+    home_joints: tuple = parameter((0.0, 0.0, 0.0, -1.57, 0.0, 1.57, 0.785), "Joint "
+                                   "configuration reset moves to", "rad", _home_check)
+    settle_velocity: float = parameter(1e-3, "A motion ends once every joint is slower than "
+                                       "this", "rad/s", positive)
+    reflex_retries: int = parameter(
+        2, "Times per chunk the arm's abort of a late command stream "
+        "(communication_constraints_violation, a discontinuity, franky's planner failing) is "
+        "recovered from and the row sent again; 0 fails the chunk at once",
+        check=lambda v: None if v >= 0 else "must be >= 0")
+    gripper_speed: float = parameter(0.05, "Finger speed", "m/s", positive)
+    gripper_force: float = parameter(
+        20.0, "Grasp force when a goal gives none", "N",
+        lambda v: None if 0 < v <= GRIPPER_MAX_FORCE else
+        f"must be in (0, {GRIPPER_MAX_FORCE:g}] N")
+
+
+PARAMS_HEADER = """\
+# Parameters of the Franka FR3 robot node (rpent_hw/franka/node), node name `franka`, at
+# their defaults; written by `python -m rpent_hw.franka.settings config/franka.yaml` from
+# rpent_hw/franka/settings.py, where each is declared. Copy it to change a value:
+#   ros2 run rpent_hw franka_node --ros-args --params-file config/franka.yaml
+# The defaults are for a real FR3: set robot_ip to its FCI address (a PREEMPT_RT kernel for
+# realtime_mode enforce), and set require_approval true while a policy is untested. Against
+# franky-sim (python -m rpent_twins.franky_sim --hostname 127.0.0.1) give -p robot_ip:=127.0.0.1
+# and the overrides rpent_twins.franky_sim.SIM_PARAMETERS lists (realtime_mode ignore, ...).
+"""
+
+
+if __name__ == "__main__":
+    write_params_file(FrankaNodeSettings, PARAMS_HEADER)
