@@ -22,8 +22,8 @@ import time
 import numpy as np
 
 from rpent_am.policy import ModelMeta, PolicyBackend, PolicyObservation
-from rpent_contract.processes import NodeProcess, isolate_ros_graph
 from rpent_env_sim.libero_node import LIBERO_OSC_DELTA
+from rpent_testkit.processes import NodeProcess, isolate_ros_graph
 
 CAMERAS = ("agentview", "robot0_eye_in_hand")
 STATE = ("ee_x", "ee_y", "ee_z", "ee_qx", "ee_qy", "ee_qz", "ee_qw", "gripper_width")

@@ -27,7 +27,8 @@ from pydantic_ai.messages import ModelResponse, TextPart, ToolCallPart
 from pydantic_ai.models.function import FunctionModel
 from rclpy.parameter import Parameter
 
-from rpent_contract.processes import NodeProcess, free_port, isolate_ros_graph
+from rpent_common.processes import free_port
+from rpent_testkit.processes import NodeProcess, isolate_ros_graph
 
 
 def stats(ms) -> str:

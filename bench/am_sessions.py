@@ -22,8 +22,8 @@ from pathlib import Path
 import numpy as np
 
 from rpent_am.policy import ModelMeta, PolicyBackend, PolicyObservation
-from rpent_contract.processes import isolate_ros_graph
 from rpent_env_sim.libero_node import LIBERO_OSC_DELTA
+from rpent_testkit.processes import isolate_ros_graph
 
 STATE = ("ee_x", "ee_y", "ee_z", "ee_qx", "ee_qy", "ee_qz", "ee_qw", "gripper_width")
 

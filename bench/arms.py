@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from rpent_contract.processes import NodeProcess, isolate_ros_graph
+from rpent_testkit.processes import NodeProcess, isolate_ros_graph
 
 ROOT = Path(__file__).resolve().parents[1]
 SO101_START = {"shoulder_lift": -30.0, "elbow_flex": 30.0, "wrist_flex": 60.0}

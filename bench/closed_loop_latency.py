@@ -26,7 +26,7 @@ import numpy as np
 
 from rpent_am.policy import ModelMeta, PolicyBackend
 from rpent_bag.latency import Step, chunk_latencies, stamp_ns, summary
-from rpent_contract.processes import NodeProcess, isolate_ros_graph
+from rpent_testkit.processes import NodeProcess, isolate_ros_graph
 
 SOUP = "pick the alphabet soup and place it in the basket"
 

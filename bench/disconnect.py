@@ -23,7 +23,7 @@ STALE = "no new state from the robot"  # what robot_state says of a robot fallen
 
 def run_arm(arm: str, runs: int, logs: Path) -> np.ndarray:
     from rpent_contract.client import RobotClient
-    from rpent_contract.processes import wait_until
+    from rpent_common.processes import wait_until
     from rpent_contract.qos import STATE_QOS
     from rpent_interfaces.msg import RobotState
 

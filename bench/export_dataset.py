@@ -20,7 +20,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
 from dataset_bags import Episode, record_episodes  # noqa: E402
 from rpent.export_dataset import ExportConfig, export  # noqa: E402
-from rpent_contract.processes import NodeProcess, isolate_ros_graph  # noqa: E402
+from rpent_testkit.processes import NodeProcess, isolate_ros_graph  # noqa: E402
 
 
 def record(folder: Path) -> Path:

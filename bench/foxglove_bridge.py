@@ -19,8 +19,9 @@ import tempfile
 
 import numpy as np
 
-from rpent_contract.processes import NodeProcess, isolate_ros_graph, wait_until
+from rpent_common.processes import wait_until
 from rpent_foxglove.client import FoxgloveClient
+from rpent_testkit.processes import NodeProcess, isolate_ros_graph
 
 CAMS = ["agentview", "robot0_eye_in_hand"]
 RATE = 20.0

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
-from rpent_contract.processes import NodeProcess, isolate_ros_graph
+from rpent_testkit.processes import NodeProcess, isolate_ros_graph
 
 CONFIG = Path(__file__).resolve().parents[1] / "config" / "franka.yaml"
 STEPS = 50

@@ -20,7 +20,8 @@ import numpy as np
 from sensor_msgs.msg import Image
 
 from libero_raw import _ACTION, raw_step_rate
-from rpent_contract.processes import NodeProcess, isolate_ros_graph, wait_until
+from rpent_common.processes import wait_until
+from rpent_testkit.processes import NodeProcess, isolate_ros_graph
 
 SUITE, TASK, CAMERAS, SIZE, QUALITY = "libero_object", 0, ["agentview", "robot0_eye_in_hand"], 128, "low"
 

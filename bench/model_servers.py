@@ -17,7 +17,7 @@ import time
 import numpy as np
 
 from action_model import CAMERAS, STATE, Trivial, observation, ros_round_trips
-from rpent_contract.processes import isolate_ros_graph
+from rpent_testkit.processes import isolate_ros_graph
 
 CASES = ("in-process model", "rpent_http http", "rpent_http socket", "rpent_vla http",
          "rpent_vla socket", "rpent_wam http", "rpent_wam socket", "openpi")

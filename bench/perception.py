@@ -29,7 +29,7 @@ from pathlib import Path
 
 import numpy as np
 
-from rpent_contract.processes import NodeProcess, isolate_ros_graph
+from rpent_testkit.processes import NodeProcess, isolate_ros_graph
 
 QUERIES = ("alphabet soup", "basket", "salad dressing", "cream cheese", "milk",
            "tomato sauce", "butter")

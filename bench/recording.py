@@ -16,7 +16,8 @@ import yaml
 
 from rpent import bringup
 from rpent.bringup import recorder as recorder_spec
-from rpent_contract.processes import NodeProcess, isolate_ros_graph, wait_until
+from rpent_common.processes import wait_until
+from rpent_testkit.processes import NodeProcess, isolate_ros_graph
 
 
 # What each bring-up setting starts (the rpent_bag recorder, as without rosbag2).

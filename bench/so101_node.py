@@ -23,7 +23,7 @@ from pathlib import Path
 import numpy as np
 import yaml
 
-from rpent_contract.processes import NodeProcess, isolate_ros_graph
+from rpent_testkit.processes import NodeProcess, isolate_ros_graph
 
 CONFIG = Path(__file__).resolve().parents[1] / "config" / "so101.yaml"
 STEPS = 50

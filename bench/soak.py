@@ -41,7 +41,7 @@ def proc_stats(pid: int) -> dict:
 class Soak:
     def __init__(self, logs: Path, seed: int):
         from rpent_contract.client import RobotClient
-        from rpent_contract.processes import NodeProcess
+        from rpent_testkit.processes import NodeProcess
 
         self.logs, self.rng = logs, random.Random(seed)
         root = Path(__file__).resolve().parents[1]
@@ -73,7 +73,7 @@ class Soak:
         self.outcomes: dict = {}
 
     def start_model(self) -> None:
-        from rpent_contract.processes import NodeProcess
+        from rpent_testkit.processes import NodeProcess
 
         if self.model_proc is not None:
             code = self.model_proc.stop(10)
@@ -142,7 +142,7 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
 
-    from rpent_contract.processes import isolate_ros_graph
+    from rpent_testkit.processes import isolate_ros_graph
 
     isolate_ros_graph()
     import rclpy

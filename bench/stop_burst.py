@@ -51,7 +51,7 @@ executor.spin()
 def floor(rounds: int, requests: int, clients: int, logs: Path) -> dict:
     import sys
 
-    from rpent_contract.processes import LoggedProcess
+    from rpent_common.processes import LoggedProcess
     from rpent_testkit.bursts import Burst
     from unique_identifier_msgs.msg import UUID
 
@@ -69,7 +69,7 @@ def floor(rounds: int, requests: int, clients: int, logs: Path) -> dict:
 
 def start_robot(robot: str, logs: Path):
     """The robot's node and a function that stops it (and its stand-in)."""
-    from rpent_contract.processes import NodeProcess
+    from rpent_testkit.processes import NodeProcess
 
     if robot == "libero":
         node = NodeProcess("rpent_env_sim", "libero_node", {}, logs, name="bench_libero",
@@ -83,7 +83,7 @@ def start_robot(robot: str, logs: Path):
 def run_robot(robot: str, rounds: int, requests: int, clients: int, logs: Path) -> dict:
     from rpent_contract.client import RobotClient
     from rpent_contract.control_space import array_to_chunk
-    from rpent_contract.processes import wait_until
+    from rpent_common.processes import wait_until
     from rpent_interfaces.action import ExecuteChunk
     from rpent_testkit.bursts import Burst, now_stamp, wiggle
 
@@ -136,7 +136,7 @@ def main() -> None:
     import sys
 
     sys.path.insert(0, str(Path(__file__).parent))
-    from rpent_contract.processes import isolate_ros_graph
+    from rpent_testkit.processes import isolate_ros_graph
 
     isolate_ros_graph()
     import rclpy

@@ -26,7 +26,8 @@ from pathlib import Path
 
 from rpent.eval.robots import parse_indices
 from rpent.eval.stats import wilson
-from rpent_contract.processes import free_port_pair, isolate_ros_graph
+from rpent_common.processes import free_port_pair
+from rpent_testkit.processes import isolate_ros_graph
 from rpent_twins.scene import load_scene
 
 REPORT = re.compile(r"real-time factor ([0-9.]+); stepping took ([0-9]+) %")

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 
-from rpent_contract.processes import NodeProcess, isolate_ros_graph  # noqa: E402
+from rpent_testkit.processes import NodeProcess, isolate_ros_graph  # noqa: E402
 
 DOMAIN = isolate_ros_graph()
 FRANKA_CONFIG = Path(__file__).resolve().parents[1] / "config" / "franka.yaml"

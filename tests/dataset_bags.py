@@ -17,8 +17,8 @@ from typing import Callable, Sequence
 import numpy as np
 
 from rpent_bag.settings import DEFAULT_TOPICS
+from rpent_common.processes import wait_until
 from rpent_contract.control_space import chunk_to_array
-from rpent_contract.processes import wait_until
 from rpent_contract.qos import EXECUTED_QOS
 from rpent_interfaces.msg import ExecutedAction
 

@@ -15,10 +15,10 @@ from action_msgs.msg import GoalStatus
 from rpent_am.chunk_executor import ChunkExecutor, stale_prefix
 from rpent_am.client import ActionModelClient, ChunkRejected, IncompatibleModel
 from rpent_am.policy import ModelMeta, PolicyBackend
+from rpent_common.processes import wait_until
 from rpent_contract.client import ActionClient, RobotClient
 from rpent_contract.control_space import array_to_chunk
 from rpent_contract.geometry import stamp_to_ns
-from rpent_contract.processes import answered_once, wait_until
 from rpent_contract.images import image_to_numpy
 from rpent_contract.qos import IMAGE_QOS, STATE_QOS
 from rpent_contract.state_publisher import HEARTBEAT_S
@@ -26,6 +26,7 @@ from rpent_env_sim.libero_node import LIBERO_OSC_DELTA
 from rpent_interfaces.action import Predict
 from rpent_interfaces.msg import ControlSpace, RobotState
 from rpent_interfaces.srv import GetRobotInfo
+from rpent_testkit.processes import answered_once
 from rpent_testkit.vla_servers import Pi05Server, facade, facade_params
 
 # Streams on a free-running simulator: a robot that renders nothing steps faster than a

@@ -14,8 +14,8 @@ import pytest
 from action_msgs.msg import GoalStatus
 from mcp import Client, types
 
+from rpent_common.processes import free_port, wait_until
 from rpent_contract.client import ActionClient, RobotClient, wait_future
-from rpent_contract.processes import free_port, wait_until
 from rpent_interfaces.action import RunTask
 from rpent_interfaces.msg import AgentEvent, RobotState
 
@@ -391,7 +391,7 @@ def pick_and_place_model(conversation, prefix=""):
     import numpy as np
 
     from rpent_testkit.provider_wire import Reply
-    from rpent_contract.pick_place import PLAN, objects_in_instruction, waypoint
+    from rpent_am.pick_place import PLAN, objects_in_instruction, waypoint
 
     calls = [c for m in conversation.messages for c in m.tool_calls]
     if not calls:

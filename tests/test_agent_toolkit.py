@@ -23,9 +23,9 @@ from rpent_agent.memory import MemoryDir
 from rpent_agent.observer import RobotObserver
 from rpent_agent.planners.api import ApiPlanner
 from rpent_agent.toolkit import RunState, Timeouts, Toolkit
+from rpent_common.processes import wait_until
 from rpent_contract.client import RobotClient
 from rpent_contract.contributions import ContributionError
-from rpent_contract.processes import wait_until
 from rpent_interfaces.msg import RobotState
 
 SOUP = "pick the alphabet soup and place it in the basket"

@@ -27,9 +27,9 @@ from rpent_am.policy import (
     SessionsFull,
     SessionTable,
 )
+from rpent_common.processes import wait_until
 from rpent_contract.client import RobotClient
 from rpent_contract.images import numpy_to_image
-from rpent_contract.processes import wait_until
 from rpent_contract.qos import IMAGE_QOS, STATE_QOS
 from rpent_env_sim.libero_node import LIBERO_OSC_DELTA
 from rpent_interfaces.action import Predict

@@ -13,20 +13,23 @@ SRC = Path(__file__).resolve().parents[1] / "ros_ws" / "src"
 
 # ARCHITECTURE.md, "Floors": the project's packages each package may import.
 MAY_IMPORT = {
-    "rpent_contract": set(),
-    "rpent_env_sim": {"rpent_contract"},
-    "rpent_hw": {"rpent_contract"},
-    "rpent_twins": {"rpent_contract"},
-    "rpent_am": {"rpent_contract"},
-    "rpent_perception": {"rpent_contract"},
-    "rpent_bag": {"rpent_contract"},
-    "rpent_foxglove": {"rpent_contract", "rpent_bag"},
-    "rpent_agent": {"rpent_contract", "rpent_am", "rpent_perception", "rpent_bag"},
-    "rpent": {"rpent_contract", "rpent_env_sim", "rpent_hw", "rpent_twins", "rpent_am",
-              "rpent_perception", "rpent_bag", "rpent_foxglove", "rpent_agent"},
+    "rpent_common": set(),
+    "rpent_contract": {"rpent_common"},
+    "rpent_env_sim": {"rpent_common", "rpent_contract"},
+    "rpent_hw": {"rpent_common", "rpent_contract"},
+    "rpent_twins": {"rpent_common", "rpent_contract"},
+    "rpent_am": {"rpent_common", "rpent_contract"},
+    "rpent_perception": {"rpent_common", "rpent_contract"},
+    "rpent_bag": {"rpent_common", "rpent_contract"},
+    "rpent_foxglove": {"rpent_common", "rpent_contract", "rpent_bag"},
+    "rpent_agent": {"rpent_common", "rpent_contract", "rpent_am", "rpent_perception",
+                    "rpent_bag"},
+    "rpent": {"rpent_common", "rpent_contract", "rpent_env_sim", "rpent_hw", "rpent_twins",
+              "rpent_am", "rpent_perception", "rpent_bag", "rpent_foxglove", "rpent_agent"},
     # Beside the floors: tests and benchmarks use it, no product package may.
-    "rpent_testkit": {"rpent_contract", "rpent_env_sim", "rpent_hw", "rpent_twins", "rpent_am",
-                      "rpent_perception", "rpent_bag", "rpent_foxglove", "rpent_agent", "rpent"},
+    "rpent_testkit": {"rpent_common", "rpent_contract", "rpent_env_sim", "rpent_hw",
+                      "rpent_twins", "rpent_am", "rpent_perception", "rpent_bag",
+                      "rpent_foxglove", "rpent_agent", "rpent"},
 }
 
 # ARCHITECTURE.md, "Plain-Python cores": modules that import no rclpy, not even lazily.
@@ -37,6 +40,7 @@ PLAIN_CORES = (
     "rpent_contract.images", "rpent_contract.operator", "rpent_contract.perception",
     "rpent_contract.tf_tree", "rpent_contract.contributions", "rpent_contract.markers",
     "rpent_contract.spelling", "rpent_contract.settings", "rpent_contract.robot_settings",
+    "rpent_common.processes", "rpent_common.http_json", "rpent_am.pick_place",
     "rpent_env_sim.libero_sim", "rpent_env_sim.cartesian_controller", "rpent_env_sim.mjcf_urdf",
     "rpent_hw.so101.kinematics", "rpent_hw.arm_driver", "rpent_hw.safety", "rpent_hw.cameras",
     "rpent_hw.arm_settings", "rpent_hw.franka.settings", "rpent_hw.franka.driver",

@@ -18,8 +18,8 @@ from rpent_am.am_node import ActionModelNode
 from rpent_am.client import ActionModelClient
 from rpent_am.observation import to_msg
 from rpent_am.policy import ModelMeta, PolicyBackend, PolicyObservation
+from rpent_common.processes import wait_until
 from rpent_contract.control_space import chunk_to_array
-from rpent_contract.processes import wait_until
 from rpent_contract.qos import STATE_QOS
 from rpent_env_sim.libero_node import LIBERO_OSC_DELTA
 from rpent_interfaces.action import Predict

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from rpent_contract.processes import free_port
+from rpent_common.processes import free_port
 
 pytestmark = pytest.mark.slow
 ROOT = Path(__file__).resolve().parents[1]
@@ -184,7 +184,7 @@ def test_ctrl_c_mid_run_stops_every_node_and_keeps_the_runs_files(tmp_path, rclp
     its run: it must still end the run and write its files before the starter (or launch,
     which escalates to SIGTERM after 5 s and SIGKILL 10 s later) gives up on it."""
     from rpent_contract.client import RobotClient
-    from rpent_contract.processes import wait_until
+    from rpent_common.processes import wait_until
     from rpent_contract.qos import EXECUTED_QOS
     from rpent_interfaces.msg import ExecutedAction
 

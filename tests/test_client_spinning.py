@@ -13,8 +13,8 @@ import time
 
 from std_msgs.msg import Int32
 
+from rpent_common.processes import wait_until
 from rpent_contract.client import RobotClient
-from rpent_contract.processes import wait_until
 from rpent_contract.qos import STATE_QOS
 
 

@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
+from rpent_common.processes import wait_until
 from rpent_contract.client import RobotClient, wait_future
-from rpent_contract.processes import wait_until
 from rpent_foxglove.client import FoxgloveClient, decoder_for
 
 CONFIG = Path(__file__).resolve().parents[1] / "config"

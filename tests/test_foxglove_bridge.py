@@ -18,7 +18,7 @@ import cv2
 import numpy as np
 import pytest
 
-from rpent_contract.processes import wait_until
+from rpent_common.processes import wait_until
 from rpent_foxglove.client import FoxgloveClient, decoder_for
 
 ALLOWED = ["joint_states", "ee_pose", "robot_state", "task_status", "camera/*/image_raw",

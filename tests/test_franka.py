@@ -15,8 +15,8 @@ import numpy as np
 import pytest
 from action_msgs.msg import GoalStatus
 
+from rpent_common.processes import wait_until
 from rpent_contract.client import next_message
-from rpent_contract.processes import wait_until
 from rpent_contract.geometry import stamp_to_ns
 from rpent_contract.qos import STATE_QOS, TASK_STATUS_QOS
 from rpent_interfaces.action import ExecuteChunk

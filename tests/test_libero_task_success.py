@@ -12,9 +12,9 @@ import numpy as np
 import pytest
 from action_msgs.msg import GoalStatus
 
+from rpent_common.processes import wait_until
 from rpent_contract.client import ContractTimeout, RobotClient
-from rpent_contract.pick_place import pick_and_place
-from rpent_contract.processes import wait_until
+from rpent_am.pick_place import pick_and_place
 from rpent_contract.qos import LATCHED_QOS
 from rpent_interfaces.msg import RobotState, TaskStatus
 

@@ -12,9 +12,9 @@ import numpy as np
 import pytest
 
 from rpent_am.client import ActionModelClient
+from rpent_common.processes import wait_until
 from rpent_contract.client import RobotClient
 from rpent_contract.control_space import array_to_chunk
-from rpent_contract.processes import wait_until
 from rpent_interfaces.action import ExecuteChunk
 
 SOUP = "pick the alphabet soup and place it in the basket"

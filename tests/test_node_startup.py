@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from rpent_contract.processes import wait_until
+from rpent_common.processes import wait_until
 
 
 @pytest.mark.parametrize("parameters, expected", [

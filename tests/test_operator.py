@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 from action_msgs.msg import GoalStatus
 
+from rpent_common.processes import wait_until
 from rpent_contract.client import ActionClient, wait_future
-from rpent_contract.processes import wait_until
 from rpent_contract.qos import LATCHED_QOS
 from rpent_interfaces.action import RunTask
 from rpent_interfaces.msg import OperatorRequests, TaskStatus

@@ -13,8 +13,8 @@ from action_msgs.msg import GoalStatus
 from sensor_msgs.msg import Image
 from tf2_msgs.msg import TFMessage
 
+from rpent_common.processes import wait_until
 from rpent_contract.client import ActionClient, RobotClient, wait_future
-from rpent_contract.processes import wait_until
 from rpent_contract.qos import IMAGE_QOS, LATCHED_QOS, TF_QOS
 from rpent_interfaces.action import RunTask
 from rpent_interfaces.msg import TaskStatus

@@ -13,7 +13,7 @@ import pytest
 import yaml
 
 from rpent_bag.settings import DEFAULT_TOPICS
-from rpent_contract.processes import wait_until
+from rpent_common.processes import wait_until
 
 # The robot node publishes these with the same stamp every control tick.
 STAMPED_TOGETHER = ("/robot_state", "/joint_states", "/ee_pose", "/camera/agentview/image_raw")

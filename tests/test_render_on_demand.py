@@ -15,11 +15,11 @@ import pytest
 from sensor_msgs.msg import Image
 from std_msgs.msg import Empty
 
+from rpent_common.processes import wait_until
 from rpent_contract.client import RobotClient
 from rpent_contract.geometry import stamp_to_ns
 from rpent_contract.images import image_to_numpy
 from rpent_contract.names import CAMERA_TRIGGER_TOPIC
-from rpent_contract.processes import wait_until
 from rpent_contract.qos import EXECUTED_QOS, TRIGGER_QOS
 from rpent_env_sim.libero_sim import LiberoSim
 from rpent_interfaces.msg import RobotState

@@ -11,8 +11,8 @@ import pytest
 from rclpy.serialization import serialize_message
 
 from rpent_bag.recorder import BagRecorder
+from rpent_common.processes import node_executable
 from rpent_contract.images import numpy_to_image
-from rpent_contract.processes import node_executable
 from rpent_contract.qos import LATCHED_QOS
 
 

@@ -11,8 +11,8 @@ from rclpy.callback_groups import ReentrantCallbackGroup
 from rclpy.executors import MultiThreadedExecutor
 from std_srvs.srv import Trigger
 
+from rpent_common.processes import wait_until
 from rpent_contract.client import ContractTimeout, ask
-from rpent_contract.processes import wait_until
 
 
 @pytest.fixture

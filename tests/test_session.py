@@ -18,10 +18,10 @@ from pathlib import Path
 import pytest
 import yaml
 
+from rpent_common.processes import wait_until
 from rpent_contract.client import RobotClient, next_message
 from rpent_contract.names import TASK_STATUS_TOPIC
 from rpent_contract.qos import LATCHED_QOS
-from rpent_contract.processes import wait_until
 from rpent_foxglove.client import FoxgloveClient, decoder_for
 from rpent_interfaces.msg import TaskStatus
 

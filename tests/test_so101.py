@@ -15,11 +15,12 @@ import numpy as np
 import pytest
 from action_msgs.msg import GoalStatus
 
+from rpent_common.processes import wait_until
 from rpent_contract.client import next_message
-from rpent_contract.processes import NodeProcess, wait_until
 from rpent_contract.qos import STATE_QOS
 from rpent_interfaces.action import ExecuteChunk
 from rpent_interfaces.msg import RobotState
+from rpent_testkit.processes import NodeProcess
 
 CONFIG = Path(__file__).resolve().parents[1] / "config" / "so101.yaml"
 SUCCEEDED, ABORTED = GoalStatus.STATUS_SUCCEEDED, GoalStatus.STATUS_ABORTED

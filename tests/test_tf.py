@@ -23,10 +23,11 @@ from sensor_msgs.msg import Image, JointState
 from std_msgs.msg import String
 from tf2_msgs.msg import TFMessage
 
+from rpent_common.processes import wait_until
 from rpent_contract.description import RobotModel
 from rpent_contract.geometry import matrix_to_quaternion, quaternion_to_matrix, rotation_angle
-from rpent_contract.processes import NodeProcess, wait_until
 from rpent_contract.qos import IMAGE_QOS, LATCHED_QOS, STATE_QOS, TF_QOS, TF_STATIC_QOS
+from rpent_testkit.processes import NodeProcess
 
 CONFIG = Path(__file__).resolve().parents[1] / "config"
 # A camera's calibration as ROS camera_calibration writes it (96 x 72 px).

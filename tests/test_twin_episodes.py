@@ -92,7 +92,7 @@ def perception_pick_and_place_model(conversation):
 
     import numpy as np
 
-    from rpent_contract.pick_place import PLAN, height_scale, phrases_in_instruction, waypoint
+    from rpent_am.pick_place import PLAN, height_scale, phrases_in_instruction, waypoint
     from rpent_testkit.provider_wire import Reply
 
     calls = [c for m in conversation.messages for c in m.tool_calls]

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 from action_msgs.msg import GoalStatus
 
-from rpent_contract.processes import wait_until
+from rpent_common.processes import wait_until
 from rpent_contract.qos import LATCHED_QOS, STATE_QOS
 from rpent_interfaces.msg import RobotState, TaskStatus
 from twin_runs import ARMS, start, stop, twin_host
@@ -66,7 +66,7 @@ def centre(twin, item_name: str, scene) -> np.ndarray:
 
 def test_locate_finds_each_item_within_2_cm_through_the_cameras_depth_and_tf(
         bench, tmp_path):
-    from rpent_contract.processes import NodeProcess
+    from rpent_testkit.processes import NodeProcess
     from rpent_perception.client import PerceptionClient
     from rpent_twins.scene import load_scene
 

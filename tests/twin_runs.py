@@ -7,7 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from rpent_contract.processes import free_port_pair
+from rpent_common.processes import free_port_pair
 
 ARMS = ["franka", "so101"]
 

@@ -17,13 +17,14 @@ from action_msgs.msg import GoalStatus
 from geometry_msgs.msg import PoseStamped
 from sensor_msgs.msg import CameraInfo, Image, JointState
 
-from rpent_contract.processes import answered_once, wait_until
+from rpent_common.processes import wait_until
 from rpent_contract.control_space import array_to_chunk
 from rpent_contract.images import image_to_numpy
 from rpent_contract.qos import IMAGE_QOS, LATCHED_QOS, REQUEST_QOS, STATE_QOS
-from rpent_testkit.bursts import now_stamp
 from rpent_interfaces.action import ExecuteChunk, MoveTo
 from rpent_interfaces.msg import RobotState, TaskStatus
+from rpent_testkit.bursts import now_stamp
+from rpent_testkit.processes import answered_once
 
 SUCCEEDED, ABORTED, CANCELED = (GoalStatus.STATUS_SUCCEEDED, GoalStatus.STATUS_ABORTED,
                                 GoalStatus.STATUS_CANCELED)

@@ -15,9 +15,9 @@ from dataclasses import dataclass, field
 from typing import Callable, Optional
 
 from rpent_agent.settings import AgentSettings
+from rpent_common.processes import node_executable, ros_args
 from rpent_contract.contributions import BRINGUPS as BRINGUP_GROUP
 from rpent_contract.contributions import ContributionError, contributions
-from rpent_contract.processes import node_executable, ros_args
 from rpent_contract.settings import parameters_of
 from rpent_contract.spelling import did_you_mean
 from rpent_env_sim.settings import LiberoSettings

@@ -20,8 +20,8 @@ import threading
 import time
 from typing import Optional
 
+from rpent_common.processes import die_with_parent
 from rpent_contract.contributions import ContributionError
-from rpent_contract.processes import die_with_parent
 
 from .bringup import NodeSpec, bringups, describe
 

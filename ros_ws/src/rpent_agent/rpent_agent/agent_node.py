@@ -26,11 +26,11 @@ from rclpy.executors import ExternalShutdownException, MultiThreadedExecutor
 from rclpy.node import Node
 from rclpy.signals import SignalHandlerOptions
 
+from rpent_common.processes import node_executable, wait_until
 from rpent_contract import params
 from rpent_contract.client import RobotClient, shutdown_executor, signals_held
 from rpent_contract.contributions import ContributionError
 from rpent_contract.driver import names_a_task
-from rpent_contract.processes import node_executable, wait_until
 from rpent_contract.serving import action_server
 from rcl_interfaces.msg import Log
 from std_msgs.msg import String

@@ -8,10 +8,10 @@ from typing import Optional
 
 from sensor_msgs.msg import Image
 
+from rpent_common.processes import wait_until
 from rpent_contract.geometry import stamp_to_ns
 from rpent_contract.images import image_to_numpy, to_rgb
 from rpent_contract.names import ROBOT_STATE_TOPIC, TASK_STATUS_TOPIC, camera_topic
-from rpent_contract.processes import wait_until
 from rpent_contract.qos import LATCHED_QOS, STATE_QOS, camera_sub_qos
 from rpent_interfaces.msg import RobotState, TaskStatus
 

@@ -73,7 +73,6 @@ from rpent_contract.names import (
 )
 from rpent_contract.node_main import run_node
 from rpent_contract.perception import located_from_response
-from rpent_contract.pick_place import objects_in_instruction, phrases_in_instruction, placing_base
 from rpent_contract.qos import (
     IMAGE_QOS,
     STATE_QOS,
@@ -97,7 +96,7 @@ from .observation import (
     from_msg,
     state_from_robot_state,
 )
-from .settings import BACKEND_SETTINGS, MAX_GOALS, ActionModelSettings
+from .pick_place import objects_in_instruction, phrases_in_instruction, placing_base
 from .policy import (
     BackendError,
     Batcher,
@@ -109,6 +108,7 @@ from .policy import (
     SessionsFull,
     SessionTable,
 )
+from .settings import BACKEND_SETTINGS, MAX_GOALS, ActionModelSettings
 
 # Executor threads beyond one per goal (settings.MAX_GOALS); observations arrive on a
 # thread of their own (ObservationHub).

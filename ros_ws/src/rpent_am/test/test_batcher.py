@@ -16,8 +16,8 @@ from rpent_am.policy import (
     PolicyObservation,
     Request,
 )
+from rpent_common.processes import wait_until
 from rpent_contract.control_space import ControlSpaceSpec
-from rpent_contract.processes import wait_until
 
 SPACE = ControlSpaceSpec(name="d2", labels=("a", "b"), units=("1", "1"), lower=(-9.0, -9.0),
                          upper=(9.0, 9.0), relative=True)

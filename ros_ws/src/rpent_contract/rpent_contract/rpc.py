@@ -39,7 +39,7 @@ from typing import Any, Callable, Mapping, Optional, Type
 
 import numpy as np
 
-from .http_json import JsonHttpClient
+from rpent_common.http_json import JsonHttpClient
 
 TRANSPORTS = ("http", "socket")
 _LENGTH = struct.Struct(">I")

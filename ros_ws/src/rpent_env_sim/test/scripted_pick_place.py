@@ -1,4 +1,4 @@
-"""The shared pick-and-place plan (rpent_contract.pick_place) run directly on LiberoSim.
+"""The shared pick-and-place plan (rpent_am.pick_place) run directly on LiberoSim.
 
 Each move steps the Cartesian controller until the hand is within tolerance; each
 grip holds the pose while the gripper command ramps. Run directly for a reliability
@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from rpent_contract.pick_place import pick_and_place
+from rpent_am.pick_place import pick_and_place
 from rpent_env_sim.cartesian_controller import (
     GRIPPER_CLOSE,
     GRIPPER_OPEN,

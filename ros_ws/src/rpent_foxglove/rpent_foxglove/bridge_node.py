@@ -26,8 +26,8 @@ from rclpy.serialization import deserialize_message, serialize_message
 
 from rpent_bag import definitions, graph
 from rpent_bag.embed import is_description
+from rpent_common.http_json import is_loopback
 from rpent_contract.client import wait_future
-from rpent_contract.http_json import is_loopback
 from rpent_contract.node_main import run_node
 from rpent_contract.images import image_to_numpy, rgb_to_compressed, to_rgb
 from rpent_contract.params import ParameterError, declare_settings

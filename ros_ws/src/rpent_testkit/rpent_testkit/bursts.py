@@ -17,11 +17,12 @@ from builtin_interfaces.msg import Time
 from std_srvs.srv import Trigger
 from unique_identifier_msgs.msg import UUID
 
+from rpent_common.processes import wait_until
 from rpent_contract.client import shutdown_executor, spin_in_thread
 from rpent_contract.geometry import stamp_to_ns
 from rpent_contract.names import EXECUTE_CHUNK_ACTION, EXECUTED_ACTIONS_TOPIC, STOP_SERVICE
-from rpent_contract.processes import answered_once, wait_until
 from rpent_contract.qos import EXECUTED_QOS, REQUEST_QOS
+from rpent_testkit.processes import answered_once
 
 
 def wiggle(info, steps: int) -> tuple:

@@ -194,7 +194,7 @@ def free_loopback_address(rng: Optional[random.Random] = None) -> str:
     """A 127.0.0.x address whose franky ports (1337, 1338) are free; pytest-xdist worker N
     draws from 127.0.N+1.x instead, so two workers never race for one address between this
     check and franky-sim binding it."""
-    from rpent_contract.processes import xdist_worker_index
+    from rpent_common.processes import xdist_worker_index
 
     rng = rng or random.Random()
     index = xdist_worker_index()

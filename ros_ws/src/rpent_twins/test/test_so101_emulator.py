@@ -8,7 +8,7 @@ import time
 import numpy as np
 import pytest
 
-from rpent_contract.processes import wait_until
+from rpent_common.processes import wait_until
 from rpent_twins.feetech_emulator import FeetechBusEmulator, _checksum, so101_calibration
 
 

@@ -238,7 +238,7 @@ class TwinStation:
         self._twin = None
 
     def specs(self, episode: Episode) -> list:
-        from rpent_contract.processes import free_port_pair
+        from rpent_common.processes import free_port_pair
         from rpent_twins.franky_sim import free_loopback_address
 
         self.close()

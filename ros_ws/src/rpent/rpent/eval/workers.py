@@ -20,8 +20,8 @@ from typing import Callable, Optional
 
 from rpent.bringup import NodeSpec, recorder
 from rpent_agent.observer import RobotObserver
+from rpent_common.processes import LoggedProcess
 from rpent_contract.client import ActionClient, GoalRun, RobotClient, signals_held
-from rpent_contract.processes import LoggedProcess
 from rpent_interfaces.action import RunTask
 from rpent_interfaces.msg import TaskStatus
 

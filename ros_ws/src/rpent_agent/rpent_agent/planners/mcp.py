@@ -20,7 +20,7 @@ import anyio
 import uvicorn
 from mcp import types
 from mcp.server.lowlevel import Server
-from rpent_contract.http_json import is_loopback
+from rpent_common.http_json import is_loopback
 
 from . import PlannerConfigError
 

@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import yaml
 
-from rpent_contract.pick_place import (
+from rpent_am.pick_place import (
     arm_joint_count,
     hand_orientation,
     height_scale,

@@ -11,10 +11,10 @@ from typing import Callable, Optional
 
 from rpent_contract.control_space import ControlSpaceSpec
 from rpent_contract.extras import require
-from rpent_contract.pick_place import arm_joint_count, height_scale
 from rpent_contract.settings import ParameterError
 
 from ..model_io import ModelIO, load
+from ..pick_place import arm_joint_count, height_scale
 from ..policy import PolicyBackend
 
 

@@ -2,7 +2,7 @@
 
 It closes the loop the way a policy does: every ``predict`` looks at the current
 end-effector pose and gripper width, decides which phase of the shared pick-and-place
-plan (rpent_contract.pick_place) it is in, and returns a chunk that drives towards that
+plan (rpent_am.pick_place) it is in, and returns a chunk that drives towards that
 phase's goal in the robot's relative Cartesian control space (one with ``step_scale``,
 such as LIBERO's ``libero_osc_delta`` or the arms' ``ee_delta``). Where the objects are
 comes from ``find`` when a session starts: the simulator's object poses, or the robot's
@@ -21,8 +21,8 @@ import numpy as np
 
 from rpent_contract.control_space import ControlSpaceSpec
 from rpent_contract.geometry import limit_norm, rotation_error, rpy_to_quaternion
-from rpent_contract.pick_place import PLAN, hand_orientation, waypoint
 
+from ..pick_place import PLAN, hand_orientation, waypoint
 from ..policy import BackendError, ModelMeta, PolicyBackend, PolicyObservation
 
 STATE_NAMES = ("ee_x", "ee_y", "ee_z", "ee_qx", "ee_qy", "ee_qz", "ee_qw", "gripper_width")
@@ -103,7 +103,7 @@ class ScriptedPickPlace(PolicyBackend):
         self._sessions: dict[str, _Session] = {}
         self._lock = threading.Lock()
         self._meta = ModelMeta(
-            backend="scripted", checkpoint=f"rpent_contract.pick_place.PLAN, objects from "
+            backend="scripted", checkpoint=f"rpent_am.pick_place.PLAN, objects from "
                                            f"{source}",
             checkpoint_id="scripted-pick-place-v1", action_space=action_space,
             chunk_size=chunk_size, state_names=STATE_NAMES, control_rate=control_rate,

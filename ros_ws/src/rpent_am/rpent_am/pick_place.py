@@ -23,9 +23,9 @@ from typing import Callable, Iterable, Optional
 
 import numpy as np
 
-from .geometry import quaternion_to_rpy
+from rpent_contract.geometry import quaternion_to_rpy
 
-from .perception import spoken
+from rpent_contract.perception import spoken
 
 
 @dataclass(frozen=True)
