@@ -184,3 +184,35 @@ def test_every_backends_settings_declare_at_their_defaults(node, backend):
               .items() if k in settings.parameters_of(settings_type)}
     declared = params.declare_settings(node(**needed), settings_type)
     assert declared == settings_type(**needed)
+
+
+def _default_text(settings_type, name: str) -> str:
+    return f"{settings.parameters_of(settings_type)[name][0]:g}"
+
+
+# Where the README states a parameter's default: (its words, with {} for the default, the
+# settings class, the parameter).
+README_DEFAULTS = [
+    ("`max_age` ({} s)", PerceptionSettings, "max_age"),
+    ("`code_timeout` s ({})", AgentSettings, "code_timeout"),
+    ("`code_max_calls` robot calls ({})", AgentSettings, "code_max_calls"),
+    ("`reflex_retries` times ({})", franka_settings.FrankaNodeSettings, "reflex_retries"),
+    ("`connect_timeout` s ({})", franka_settings.FrankaNodeSettings, "connect_timeout"),
+    ("`connect_timeout` s ({})", so101_settings.SO101NodeSettings, "connect_timeout"),
+    ("`state_timeout` ({} s)", libero_settings.LiberoSettings, "state_timeout"),
+    ("`max_goals` predict goals at once ({},", model_settings.ActionModelSettings, "max_goals"),
+    ("`max_sessions` ({})", model_settings.ActionModelSettings, "max_sessions"),
+    ("`max_observation_age` ({} s)", model_settings.ActionModelSettings, "max_observation_age"),
+    ("`max_batch` goals ({};", model_settings.ActionModelSettings, "max_batch"),
+    ("`max_batch_wait_ms` ({})", model_settings.ActionModelSettings, "max_batch_wait_ms"),
+    ("`camera_rate` (Hz of simulated time; {}, the default", libero_settings.LiberoSettings,
+     "camera_rate"),
+]
+
+
+@pytest.mark.parametrize("words, settings_type, name", README_DEFAULTS,
+                         ids=[f"{t.__name__}.{n}" for _, t, n in README_DEFAULTS])
+def test_the_readme_states_a_parameters_own_default(words, settings_type, name):
+    readme = " ".join((ROOT / "README.md").read_text().split())
+    expected = words.format(_default_text(settings_type, name))
+    assert expected in readme, f"README.md should say {expected!r}, as {settings_type.__name__}"
