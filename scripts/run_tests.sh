@@ -20,12 +20,15 @@ jobs=${RPENT_TEST_JOBS:-$(( cores < 4 ? cores : 4 ))}
 if [ "$jobs" -le 1 ] || ! python -c "import xdist" 2>/dev/null; then
   exec python -m pytest "$@"
 fi
+# Each pass ends with its slowest tests, so a log says where the suite's time goes.
+durations=(--durations=15 --durations-min=5)
 parallel=0
-RPENT_TEST_PASS=parallel python -m pytest -n "$jobs" --dist loadfile "$@" || parallel=$?
+RPENT_TEST_PASS=parallel python -m pytest -n "$jobs" --dist loadfile "${durations[@]}" "$@" \
+  || parallel=$?
 # 2 interrupted (Ctrl-C), 3 internal error, 4 usage error: the serial pass would fare no better.
 case $parallel in 2|3|4) exit "$parallel" ;; esac
 serial=0
-RPENT_TEST_PASS=serial python -m pytest -p no:xdist "$@" || serial=$?
+RPENT_TEST_PASS=serial python -m pytest -p no:xdist "${durations[@]}" "$@" || serial=$?
 # 5: this pass had no tests (e.g. -k picked only the other pass's); both without: 5.
 if [ "$parallel" -eq 5 ] && [ "$serial" -eq 5 ]; then exit 5; fi
 [ "$parallel" -eq 5 ] && parallel=0
