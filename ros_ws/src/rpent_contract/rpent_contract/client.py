@@ -192,24 +192,40 @@ class ActionClient(_RclpyActionClient):
         kwargs.setdefault("feedback_sub_qos_profile", FEEDBACK_QOS)
         super().__init__(*args, **kwargs)
         self._answer_lock = threading.Lock()
+        self._status_topic = f"{self._action_name}/_action/status"
+        self._answered_by: frozenset = frozenset()
 
     def wait_for_server(self, timeout_sec: Optional[float] = None) -> bool:
         """rclpy's wait, then until the server answers this client. rclpy's sees the
         server's request side only, and a server that has not yet discovered this client
         drops its answers (Fast DDS on a loaded machine: "failed to send response
         (timeout)"), which lost the first goal of a run. A cancel of a goal that does not
-        exist (a random id: an all-zero one would cancel every goal) changes nothing."""
+        exist (a random id: an all-zero one would cancel every goal) changes nothing.
+
+        Discovery lasts as long as both ends do: once a server has answered, the probe is
+        not repeated (it cost a round trip per goal) until another server serves the action,
+        told by its status publisher."""
         deadline = None if timeout_sec is None else time.monotonic() + timeout_sec
         if not super().wait_for_server(timeout_sec=timeout_sec):
             return False
+        server = self._server_instance()
+        if server and server == self._answered_by:
+            return True
         while deadline is None or time.monotonic() < deadline:
             probe = ClientGoalHandle(self, UUID(uuid=list(uuid.uuid4().bytes)), None)
             try:
                 wait_future(self._cancel_goal_async(probe), 1.0, "cancel of no goal")
-                return True
             except ContractTimeout:
                 continue  # not yet discovered by the server: ask again
+            self._answered_by = server
+            return True
         return False
+
+    def _server_instance(self) -> frozenset:
+        """The publishers of the action's status topic, one per server process serving it
+        (a restarted server publishes under another id)."""
+        return frozenset(bytes(info.endpoint_gid) for info in
+                         self._node.get_publishers_info_by_topic(self._status_topic))
 
     def send_goal_async(self, *args, **kwargs):
         with self._answer_lock:
