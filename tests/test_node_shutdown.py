@@ -95,17 +95,28 @@ def hold_forever():
 def make():
     node = rclpy.create_node("held_node")
     threading.Thread(target=hold_forever).start()  # not a daemon: Python waits for it
-    print("ready", flush=True)
+    if sys.argv[1] == "starting":
+        print("ready", flush=True)
+        time.sleep(60)  # still starting (waiting for a robot, loading a model) when stopped
+    else:
+        said = []
+        def spinning():
+            if not said:
+                said.append(True)
+                print("ready", flush=True)
+        node.create_timer(0.01, spinning)
     return node
 
 sys.exit(run_node(make, name="held_node", shutdown_deadline=2.0))
 """
 
 
-def test_a_node_held_by_a_thread_that_never_ends_still_exits_and_says_what_held_it():
+@pytest.mark.parametrize("when", ["spinning", "starting"])
+def test_a_node_held_by_a_thread_that_never_ends_still_exits_and_says_what_held_it(when):
     """A node must not outlive its starter (its SIGINT on the parent's death) however its
-    clean-up goes: past the deadline it prints every thread's stack and exits."""
-    proc = subprocess.Popen([sys.executable, "-c", HELD_NODE], stdout=subprocess.PIPE,
+    clean-up goes, and whenever the signal comes: past the deadline it prints every
+    thread's stack and exits."""
+    proc = subprocess.Popen([sys.executable, "-c", HELD_NODE, when], stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
     try:
         assert proc.stdout.readline().strip() == "ready"

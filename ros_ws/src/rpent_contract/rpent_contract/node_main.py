@@ -26,8 +26,9 @@ def run_node(make_node: Callable, *, name: str, args=None, num_threads: int = 1,
     A start-up error of the kinds in ``startup_errors`` (a bad parameter, one the node does
     not have, a refused configuration) prints the reason and returns 2 instead of a
     traceback. ``close(node)`` runs before the node is destroyed, whatever ended the spin.
-    A process still alive ``shutdown_deadline`` s after its spin ended prints every thread's
-    stack (what held it) and exits with status 1.
+    A process still alive ``shutdown_deadline`` s after its run ended (its spin, or its
+    start-up cut short by Ctrl-C or an error) prints every thread's stack (what held it) and
+    exits with status 1.
     """
     rclpy.init(args=args)
     node = None
@@ -35,37 +36,48 @@ def run_node(make_node: Callable, *, name: str, args=None, num_threads: int = 1,
         node = make_node()
         check_all_known(node)
     except startup_errors as err:
+        _stopping(shutdown_deadline)
         print(f"[{name}] cannot start: {err}", file=sys.stderr)
-        if node is not None:
-            close(node)
-            node.destroy_node()
-        rclpy.try_shutdown()
+        _close(node, close)
         return 2
     except (KeyboardInterrupt, ExternalShutdownException):
-        _ignore_interrupts()
-        rclpy.try_shutdown()
+        _stopping(shutdown_deadline)
+        _close(node, close)
         return 0
     except Exception:
+        _stopping(shutdown_deadline)
         if rclpy.ok():
             raise
         # Ctrl-C or SIGTERM while still starting (waiting for a robot, loading a model): what
         # failed is that wait on a shut-down context, not the node.
         print(f"[{name}] stopped while starting", file=sys.stderr)
         return 0
-    executor = (MultiThreadedExecutor(num_threads=num_threads) if num_threads > 1
-                else SingleThreadedExecutor())
-    executor.add_node(node)
     try:
+        executor = (MultiThreadedExecutor(num_threads=num_threads) if num_threads > 1
+                    else SingleThreadedExecutor())
+        executor.add_node(node)
         executor.spin()
     except (KeyboardInterrupt, ExternalShutdownException):
         pass
     finally:
-        _ignore_interrupts()
-        faulthandler.dump_traceback_later(shutdown_deadline, exit=True)
+        _stopping(shutdown_deadline)
+        _close(node, close)
+    return 0
+
+
+def _stopping(deadline: float) -> None:
+    """The run is ending, however it ends (a Ctrl-C still starting included): ignore further
+    interrupts, and exit with every thread's stack if the process is still there
+    ``deadline`` s from now."""
+    _ignore_interrupts()
+    faulthandler.dump_traceback_later(deadline, exit=True)
+
+
+def _close(node, close: Callable) -> None:
+    if node is not None:
         close(node)
         node.destroy_node()
-        rclpy.try_shutdown()
-    return 0
+    rclpy.try_shutdown()
 
 
 def _ignore_interrupts() -> None:
