@@ -7,6 +7,8 @@ from dataclasses import dataclass
 
 from rpent_contract.rpc import parse_endpoint
 from rpent_contract.settings import (
+    at_least,
+    in_range,
     one_of,
     parameter,
     positive,
@@ -25,10 +27,6 @@ OBJECT_SOURCES = ("simulator", "perception")
 # goals plus a reserve that keeps services and cancels answered however many goals run;
 # ``max_goals`` may not exceed it.
 MAX_GOALS = 64
-
-
-def _at_least(lo):
-    return lambda v: None if v >= lo else f"must be >= {lo}"
 
 
 def _goals(value):
@@ -70,7 +68,7 @@ class ActionModelSettings:
 @dataclass(frozen=True)
 class BackendSettings:
     chunk_size: int = parameter(0, "Steps per chunk; 0 = what the model produces",
-                                check=_at_least(0))
+                                check=at_least(0))
 
 
 @dataclass(frozen=True)
@@ -83,11 +81,11 @@ class ScriptedSettings(BackendSettings):
     step_realized: float = parameter(
         REALIZED, "Share of a commanded delta the arm covers within a step: 0.3 for LIBERO's "
         "OSC; 1.0 where deltas move a streamed target (the arms' ee_delta)",
-        check=lambda v: None if 0 < v <= 1 else "must be in (0, 1]")
+        check=in_range(0, 1, lo_open=True))
     slow_within: float = parameter(
         0.0, "Within this distance of a goal the hand's step shrinks in proportion, so an arm "
         "lagging a streamed target does not overshoot it; 0: never (LIBERO)", "m",
-        _at_least(0))
+        at_least(0))
     max_translation_step: float = parameter(0.04, "The hand moves this far in one step at "
                                             "most (and never more than one axis of the action "
                                             "space takes)", "m", positive)
@@ -146,7 +144,7 @@ class RpentHttpSettings(ServedSettings):
 @dataclass(frozen=True)
 class WamSettings(RpentHttpSettings):
     timeout: float = parameter(0.0, "A single inference may take this long; 0: the worker's "
-                               "prediction_timeout_s, else 300", "s", _at_least(0))
+                               "prediction_timeout_s, else 300", "s", at_least(0))
     model_io: str = _model_io("wam_libero")
     wam_backend: str = parameter("", "the worker's model, as its metadata names it "
                                  "(cosmos_policy, fast_wam, cosmos3); empty: any")

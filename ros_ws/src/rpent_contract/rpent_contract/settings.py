@@ -96,6 +96,19 @@ def one_of(*choices) -> Check:
         f"must be one of {', '.join(map(str, choices))}"
 
 
+def at_least(lo: float) -> Check:
+    return lambda value: None if value >= lo else f"must be >= {lo:g}"
+
+
+def in_range(lo: float, hi: float, lo_open: bool = False, hi_open: bool = False) -> Check:
+    """``value`` in [lo, hi], either end left out when open."""
+    def check(value):
+        if (lo < value if lo_open else lo <= value) and (value < hi if hi_open else value <= hi):
+            return None
+        return f"must be in {'(' if lo_open else '['}{lo:g}, {hi:g}{')' if hi_open else ']'}"
+    return check
+
+
 def vector(n: int) -> Check:
     def check(value):
         if len(value) != n or not all(math.isfinite(v) for v in value):

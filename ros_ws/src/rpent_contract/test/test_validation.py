@@ -425,12 +425,17 @@ class _FakeNode:
 
 
 def test_params_value_checks():
-    from rpent_contract.settings import non_negative, one_of, positive, vector
+    from rpent_contract.settings import at_least, in_range, non_negative, one_of, positive, vector
 
     assert positive(1) is None and positive(0.5) is None
     assert positive(0) and positive(-1.0) and positive(math.inf) and positive("1")
     assert non_negative(0) is None and non_negative(-0.1)
     assert one_of("a", "b")("a") is None and "a, b" in one_of("a", "b")("c")
+    assert at_least(-1)(-1) is None and at_least(16)(15) == "must be >= 16"
+    assert in_range(16, 2048)(16) is None and in_range(16, 2048)(2049) == "must be in [16, 2048]"
+    assert in_range(0, 1, lo_open=True)(1) is None
+    assert in_range(0, 1, lo_open=True)(0) == "must be in (0, 1]"
+    assert in_range(1, 179, lo_open=True, hi_open=True)(179) == "must be in (1, 179)"
     assert vector(3)([1.0, 2.0, 3.0]) is None
     assert vector(3)([1.0, 2.0]) and vector(3)([1.0, math.nan, 3.0])
 

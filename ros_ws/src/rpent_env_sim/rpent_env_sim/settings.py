@@ -8,6 +8,8 @@ from dataclasses import dataclass
 
 from rpent_contract.robot_settings import RobotSettings
 from rpent_contract.settings import (
+    at_least,
+    in_range,
     non_negative,
     one_of,
     parameter,
@@ -26,14 +28,6 @@ def _suite(value):
     return one_of(*LiberoSim.available_suites())(value)
 
 
-def _at_least(lo: int):
-    return lambda v: None if v >= lo else f"must be >= {lo}"
-
-
-def _side(value):
-    return None if 16 <= value <= 2048 else "must be in [16, 2048]"
-
-
 @dataclass(frozen=True)
 class LiberoSettings(RobotSettings):
     # Base frame = robot0_base; the table top is near z = 0 and objects sit on it.
@@ -42,15 +36,15 @@ class LiberoSettings(RobotSettings):
     operator: str = with_default(RobotSettings, "operator", "auto")
     suite: str = parameter("libero_object", "LIBERO / LIBERO-PRO / LIBERO-Plus suite",
                            check=_suite)
-    task_id: int = parameter(0, "Task index in the suite", check=_at_least(0))
-    seed: int = parameter(0, "Simulator seed", check=_at_least(0))
+    task_id: int = parameter(0, "Task index in the suite", check=at_least(0))
+    seed: int = parameter(0, "Simulator seed", check=at_least(0))
     init_state_index: int = parameter(0, "Index of the benchmark's recorded initial state",
-                                      check=_at_least(0))
+                                      check=at_least(0))
     cameras: tuple = parameter(("agentview", "robot0_eye_in_hand"), "MuJoCo cameras published "
                                "as camera/<name>/image_raw",
                                check=lambda v: None if v else "needs at least one camera")
-    image_height: int = parameter(128, "Camera image height", "px", _side)
-    image_width: int = parameter(128, "Camera image width", "px", _side)
+    image_height: int = parameter(128, "Camera image height", "px", in_range(16, 2048))
+    image_width: int = parameter(128, "Camera image width", "px", in_range(16, 2048))
     render_quality: str = parameter("low", "low (fast: no anti-aliasing / reflections) or high "
                                     "(LIBERO's look)", check=one_of(*RENDER_QUALITIES))
     render_device: int = parameter(-1, "EGL device (GPU index) the cameras render on; -1: "

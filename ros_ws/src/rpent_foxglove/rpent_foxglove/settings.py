@@ -8,7 +8,13 @@ from dataclasses import dataclass
 
 from rpent_bag.settings import DEFAULT_EXCLUDE, DEFAULT_TOPICS, topic_names
 from rpent_contract.names import ANSWER_SERVICE, RESET_SERVICE
-from rpent_contract.settings import non_negative, parameter, positive, write_params_file
+from rpent_contract.settings import (
+    in_range,
+    non_negative,
+    parameter,
+    positive,
+    write_params_file,
+)
 
 
 def _rate_limits(value):
@@ -63,8 +69,7 @@ class BridgeSettings:
     jpeg_topics: tuple = parameter(("",), "Image topics sent as JPEG CompressedImage on "
                                    "<topic>/compressed, e.g. ['camera/*/image_raw']")
     jpeg_quality: int = parameter(80, "JPEG quality 1-100",
-                                  check=lambda v: None if 1 <= v <= 100
-                                  else "must be in [1, 100]")
+                                  check=in_range(1, 100))
     queue_size: int = parameter(64, "Messages between ROS callbacks and the sender (the oldest "
                                 "go when it is full)", check=positive)
     client_backlog: int = parameter(64, "Messages buffered per client before the oldest go",

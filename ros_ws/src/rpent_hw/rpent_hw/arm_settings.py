@@ -7,20 +7,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from rpent_contract.robot_settings import RobotSettings
-from rpent_contract.settings import non_negative, parameter, positive
-
-
-def _in(lo: float, hi: float, lo_open: bool = False):
-    def check(value):
-        ok = (lo < value if lo_open else lo <= value) and value <= hi
-        return None if ok else f"must be in {'(' if lo_open else '['}{lo:g}, {hi:g}]"
-    return check
+from rpent_contract.settings import in_range, non_negative, parameter, positive
 
 
 @dataclass(frozen=True)
 class ArmNodeSettings(RobotSettings):
     control_rate: float = parameter(20.0, "Chunk steps and state topics", "Hz",
-                                    _in(0, 200, lo_open=True))
+                                    in_range(0, 200, lo_open=True))
     max_goal_translation: float = parameter(0.5, "Farthest a goal may move the end effector "
                                             "from its start", "m", positive)
     max_goal_rotation: float = parameter(1.6, "Largest rotation of the end effector in one "
@@ -43,11 +36,11 @@ class ArmNodeSettings(RobotSettings):
                                "none")
     camera_sources: tuple = parameter(("",), "Capture source per camera: index, /dev path, "
                                       "URL or video file")
-    camera_width: int = parameter(640, "Camera image width", "px", _in(16, 4096))
-    camera_height: int = parameter(480, "Camera image height", "px", _in(16, 4096))
+    camera_width: int = parameter(640, "Camera image width", "px", in_range(16, 4096))
+    camera_height: int = parameter(480, "Camera image height", "px", in_range(16, 4096))
     camera_fov_deg: float = parameter(69.0, "Horizontal field of view for the intrinsics of "
                                       "cameras without a calibration file", "deg",
-                                      lambda v: None if 1 < v < 179 else "must be in (1, 179)")
+                                      in_range(1, 179, lo_open=True, hi_open=True))
     camera_calibration_files: tuple = parameter(
         ("",), "Per camera, in the order of cameras: a ROS camera_calibration YAML, or '-' for "
         "intrinsics from camera_fov_deg; [''] = none")

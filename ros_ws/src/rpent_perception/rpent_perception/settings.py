@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from rpent_contract.settings import one_of, parameter, positive
+from rpent_contract.settings import in_range, one_of, parameter, positive
 
 BACKENDS = ("sim", "sam3_http")
 
@@ -18,8 +18,7 @@ class PerceptionSettings:
     max_age: float = parameter(2.0, "longest wait for camera data newer than a request "
                                "before refusing it as stale", "s", positive)
     min_score: float = parameter(0.3, "detections scoring below this are dropped",
-                                 check=lambda v: None if 0.0 <= v <= 1.0
-                                 else "must be in [0, 1]")
+                                 check=in_range(0, 1))
     timeout: float = parameter(30.0, "longest a segmentation may take", "s", positive)
     startup_timeout: float = parameter(60.0, "longest wait for the robot (and the SAM3 "
                                        "server) at start-up", "s", positive)

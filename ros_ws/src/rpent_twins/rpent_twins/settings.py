@@ -5,17 +5,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from rpent_contract.settings import parameter, positive
+from rpent_contract.settings import at_least, parameter, positive
 
 from .twin_port import DEFAULT_PORT
 
 
 def _tcp_port(value):
     return None if 0 < value < 65536 else "must be a TCP port"
-
-
-def _at_least_16(value):
-    return None if value >= 16 else "must be >= 16"
 
 
 @dataclass(frozen=True)
@@ -36,8 +32,8 @@ class OperatorSettings(TwinPortSettings):
 class CameraSettings(TwinPortSettings):
     scene: str = parameter("franka", "Scene of the twin: an arm's shipped tabletop (franka, "
                            "so101) or a scene YAML file")
-    width: int = parameter(320, "Image width", "px", _at_least_16)
-    height: int = parameter(240, "Image height", "px", _at_least_16)
+    width: int = parameter(320, "Image width", "px", at_least(16))
+    height: int = parameter(240, "Image height", "px", at_least(16))
     rate: float = parameter(2.0, "Frames per second of every camera (wall clock)", "Hz",
                             positive)
     exposure: float = parameter(1.0, "Gain on the colour image (1 = as rendered)",

@@ -5,6 +5,8 @@ from dataclasses import dataclass
 
 from rpent_contract.control_space import ControlSpaceSpec
 from rpent_contract.settings import (
+    at_least,
+    in_range,
     one_of,
     parameter,
     positive,
@@ -75,10 +77,6 @@ def _home_check(value):
     return f"outside the FR3 joint limits ({'; '.join(outside)})" if outside else None
 
 
-def _unit_interval(value):
-    return None if 0 < value <= 1 else "must be in (0, 1]"
-
-
 @dataclass(frozen=True)
 class FrankaNodeSettings(ArmNodeSettings):
     """The Franka node's parameters (``config/franka.yaml`` is written from them); the
@@ -97,9 +95,9 @@ class FrankaNodeSettings(ArmNodeSettings):
         "enforce", "enforce: refuse to run without a realtime kernel (hardware); ignore: run "
         "anyway (franky-sim, development)", check=one_of("enforce", "ignore"))
     relative_dynamics_factor: float = parameter(0.2, "franky relative dynamics factor of "
-                                                "every motion", check=_unit_interval)
+                                                "every motion", check=in_range(0, 1, lo_open=True))
     velocity_scale: float = parameter(1.0, "Safety scaling of every motion's velocity, "
-                                      "acceleration and jerk", check=_unit_interval)
+                                      "acceleration and jerk", check=in_range(0, 1, lo_open=True))
     max_joint_step: float = parameter(0.05, "Largest joint change per step of "
                                       "joint_position", "rad", positive)
     home_joints: tuple = parameter((0.0, 0.0, 0.0, -1.57, 0.0, 1.57, 0.785), "Joint "
@@ -110,7 +108,7 @@ class FrankaNodeSettings(ArmNodeSettings):
         2, "Times per chunk the arm's abort of a late command stream "
         "(communication_constraints_violation, a discontinuity, franky's planner failing) is "
         "recovered from and the row sent again; 0 fails the chunk at once",
-        check=lambda v: None if v >= 0 else "must be >= 0")
+        check=at_least(0))
     gripper_speed: float = parameter(0.05, "Finger speed", "m/s", positive)
     gripper_force: float = parameter(
         20.0, "Grasp force when a goal gives none", "N",
