@@ -46,7 +46,7 @@ stage_hash() { cat "$@" 2>/dev/null | sha256sum | cut -c1-16; }
 stage_done() { [ "$FORCE" != 1 ] && [ -f "$STAMPS/$1" ] && [ "$(cat "$STAMPS/$1")" = "$2" ]; }
 stage_mark() { mkdir -p "$STAMPS"; echo "$2" > "$STAMPS/$1"; }
 
-# --- 1. system packages -------------------------------------------------------------
+# --- 1. system packages ----------------------------------------------------------------
 # cmake/g++ build rpent_interfaces; EGL + Mesa render MuJoCo headless; ffmpeg writes videos.
 APT_PKGS=(cmake g++ libegl1 libegl-mesa0 libgl1-mesa-dri libgles2 ffmpeg)
 # A distro's system Python (Ubuntu 22.04 + Humble: 3.10) has no venv module without it.
@@ -69,7 +69,7 @@ else
   die "missing system packages: ${missing[*]}. Install them with: sudo apt-get install ${missing[*]}  (then re-run scripts/setup.sh)"
 fi
 
-# --- 2. Python + virtual environment -------------------------------------------------
+# --- 2. Python + virtual environment ---------------------------------------------------
 if [ -n "${ROS_DISTRO:-}" ]; then
   # The distro's rclpy is compiled for the system Python; the venv must see it.
   PY=$(command -v python3)
@@ -104,11 +104,13 @@ VPY="$VENV/bin/python"
 # Some machines' pip configs name package mirrors that do not exist; pip warns about each
 # one per package, which buries real errors. Errors and pip's exit status pass through.
 # No wheel cache: torch's CUDA wheels would stay on disk a second time (about 3 GB), and a
-# CI machine once ran out of space installing them.
+# CI machine once ran out of space installing them. No byte-compiling of every module
+# installed (about 20 s of a first setup): Python compiles those a program imports, once.
 pip_install() {
   local log rc=0
   log=$(mktemp)
-  "$VPY" -m pip install --no-cache-dir --disable-pip-version-check --progress-bar off -q "$@" 2>&1 \
+  "$VPY" -m pip install --no-cache-dir --no-compile --disable-pip-version-check --progress-bar off \
+    -q "$@" 2>&1 \
     | tee "$log" | { grep -v "^WARNING: Location '.*' is ignored" || true; } || rc=$?
   if [ "$rc" -ne 0 ] && grep -q "No space left on device" "$log"; then
     rm -f "$log"
@@ -121,7 +123,7 @@ the same command again: finished stages are skipped"
   return "$rc"
 }
 
-# --- 3. ROS 2 core wheels ------------------------------------------------------------
+# --- 3. ROS 2 core wheels --------------------------------------------------------------
 if [ -z "${ROS_DISTRO:-}" ]; then
   h=$(stage_hash "$ROOT/scripts/ros-jazzy-requirements.txt")
   if stage_done ros-wheels "$h"; then
@@ -132,7 +134,9 @@ if [ -z "${ROS_DISTRO:-}" ]; then
     # The wheels' CMake exports name the wheel-build machine's Python; point them at ours.
     inc=$("$VPY" -c 'import sysconfig; print(sysconfig.get_paths()["include"])')
     npinc=$("$VPY" -c 'import numpy; print(numpy.get_include())')
-    grep -rlF /opt/python/cp311-cp311 "$VENV/share" --include='*.cmake' 2>/dev/null | while read -r f; do
+    # None left (a venv whose wheels were installed before) is no error.
+    { grep -rlF /opt/python/cp311-cp311 "$VENV/share" --include='*.cmake' 2>/dev/null || true; } \
+      | while read -r f; do
       sed -i -e "s#/opt/python/cp311-cp311/lib/python3.11/site-packages/numpy/_core/include#$npinc#g" \
              -e "s#/opt/python/cp311-cp311/include/python3.11#$inc#g" "$f"
     done
@@ -140,13 +144,52 @@ if [ -z "${ROS_DISTRO:-}" ]; then
   fi
 fi
 
-# --- 4. Python dependencies ----------------------------------------------------------
+# --- 4. workspace build ----------------------------------------------------------------
+# On the PyPI wheels the build needs only stage 3, so it runs in the background while pip
+# installs the Python dependencies (compiling beside downloading and unpacking); with a
+# sourced distro it needs the venv's own colcon from stage 5 and runs after it.
+# The PyPI wheels lack tf2_msgs: build its message from ros_ws/pypi_ros. A sourced distro
+# has its own, which must not be shadowed.
+BASE_PATHS=(src)
+CMAKE_ARGS=(-DBUILD_TESTING=OFF -DPython3_EXECUTABLE="$VPY" -DPYTHON_EXECUTABLE="$VPY")
+# Nothing built on the PyPI wheels is C++: message packages skip their C++ type supports.
+[ -n "${ROS_DISTRO:-}" ] || { BASE_PATHS+=(pypi_ros); CMAKE_ARGS+=(-DRPENT_PYTHON_TYPESUPPORT_ONLY=ON); }
+WS_HASH=$(cd "$ROOT/ros_ws" && find "${BASE_PATHS[@]}" -type f -not -name '*.pyc' -print0 | sort -z | xargs -0 sha256sum | stage_hash /dev/stdin)
+WS_PID=""
+start_workspace_build() {
+  if stage_done colcon "$WS_HASH" && [ -f "$ROOT/ros_ws/install/setup.bash" ]; then
+    say "workspace build up to date"; return
+  fi
+  say "building ros_ws with colcon${1:+ $1}"
+  # Its own session, so that a failure or Ctrl-C elsewhere in this script stops the whole
+  # build (cmake, make, the compilers), not colcon alone.
+  ( # shellcheck source=scripts/env.sh
+    RPENT_ENV_NO_WORKSPACE=1 source "$ROOT/scripts/env.sh"
+    cd "$ROOT/ros_ws"
+    exec setsid "$VENV/bin/colcon" build --symlink-install --base-paths "${BASE_PATHS[@]}" \
+      --event-handlers console_cohesion- status- summary+ --cmake-args "${CMAKE_ARGS[@]}" ) &
+  WS_PID=$!
+}
+stop_workspace_build() { [ -z "$WS_PID" ] || kill -TERM -- "-$WS_PID" 2>/dev/null || true; }
+trap stop_workspace_build EXIT
+finish_workspace_build() {
+  [ -n "$WS_PID" ] || return 0
+  local rc=0
+  wait "$WS_PID" || rc=$?
+  WS_PID=""
+  [ "$rc" -eq 0 ] || die "colcon build failed (log above; full logs in ros_ws/log/latest_build)"
+  stage_mark colcon "$WS_HASH"
+  say "workspace built"
+}
+[ -n "${ROS_DISTRO:-}" ] || start_workspace_build "(beside the Python dependencies)"
+
+# --- 5. Python dependencies ------------------------------------------------------------
 h=$(stage_hash "$ROOT/pyproject.toml" "$ROOT/scripts/requirements-nodeps.txt" \
   "$ROOT/scripts/requirements-liberoplus.txt")
 # Extras already installed for these inputs: asking for fewer later installs nothing.
 have=$(cat "$STAMPS/extras" 2>/dev/null || true)
 wanted=$(printf '%s\n' ${EXTRAS//,/ } ${have//,/ } | sort -u | paste -sd, -)
-# With a sourced distro the venv's own colcon is part of this stage (see below).
+# With a sourced distro the venv's own colcon is part of this stage (see stage 4).
 if stage_done python-deps "$h" && [ "$wanted" = "$have" ] \
     && { [ -z "${ROS_DISTRO:-}" ] || [ -x "$VENV/bin/colcon" ]; }; then
   say "Python dependencies up to date${have:+ (extras: $have)}"
@@ -171,9 +214,10 @@ print(os.path.join(list(a.__path__)[0], "assets"))')
   fi
   stage_mark python-deps "$h"
   stage_mark extras "$wanted"
+  say "Python dependencies installed"
 fi
 
-# --- 5. agent CLIs -------------------------------------------------------------------
+# --- 6. agent CLIs ---------------------------------------------------------------------
 # The Claude Agent SDK (a Python dependency of the agents extra) bundles Claude Code; the
 # Codex CLI is an npm package, installed into the venv so that env.sh puts it on PATH.
 CODEX_NPM="@openai/codex@0.171.0"
@@ -189,25 +233,7 @@ case ",$(cat "$STAMPS/extras" 2>/dev/null)," in *,agents,*)
   fi ;;
 esac
 
-# --- 6. colcon build -----------------------------------------------------------------
-# shellcheck source=scripts/env.sh
-RPENT_ENV_NO_WORKSPACE=1 source "$ROOT/scripts/env.sh"
-# The PyPI wheels lack tf2_msgs: build its message from ros_ws/pypi_ros. A sourced distro
-# has its own, which must not be shadowed.
-BASE_PATHS=(src)
-CMAKE_ARGS=(-DBUILD_TESTING=OFF -DPython3_EXECUTABLE="$VPY" -DPYTHON_EXECUTABLE="$VPY")
-# Nothing built on the PyPI wheels is C++: message packages skip their C++ type supports.
-[ -n "${ROS_DISTRO:-}" ] || { BASE_PATHS+=(pypi_ros); CMAKE_ARGS+=(-DRPENT_PYTHON_TYPESUPPORT_ONLY=ON); }
-h=$(cd "$ROOT/ros_ws" && find "${BASE_PATHS[@]}" -type f -not -name '*.pyc' -print0 | sort -z | xargs -0 sha256sum | stage_hash /dev/stdin)
-if stage_done colcon "$h" && [ -f "$ROOT/ros_ws/install/setup.bash" ]; then
-  say "workspace build up to date"
-else
-  say "building ros_ws with colcon"
-  (cd "$ROOT/ros_ws" && "$VENV/bin/colcon" build --symlink-install --base-paths "${BASE_PATHS[@]}" \
-      --event-handlers console_cohesion- status- summary+ \
-      --cmake-args "${CMAKE_ARGS[@]}") \
-    || die "colcon build failed (log above; full logs in ros_ws/log/latest_build)"
-  stage_mark colcon "$h"
-fi
+[ -z "${ROS_DISTRO:-}" ] || start_workspace_build
+finish_workspace_build
 
 say "done. Open a shell with everything sourced:  source scripts/env.sh"

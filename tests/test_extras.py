@@ -63,3 +63,29 @@ def test_the_main_job_needs_no_torch():
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           timeout=300)
     assert proc.returncode == 0, proc.stderr[-4000:]
+
+
+def test_what_the_workspace_builds_on_is_not_replaced_by_the_python_dependencies():
+    """scripts/setup.sh builds ros_ws while pip installs pyproject.toml's dependencies: each
+    package the ROS wheels' requirements pin that this environment holds must still be at
+    that version, or pip replaced it (numpy's headers, setuptools) under a running build."""
+    import os
+    import re
+    from importlib.metadata import PackageNotFoundError, version
+    from pathlib import Path
+
+    if os.environ.get("RPENT_PYPI_ROS") != "1":
+        pytest.skip("a sourced ROS distro: the ROS wheels' requirements were not installed")
+    pins = Path(__file__).resolve().parents[1] / "scripts/ros-jazzy-requirements.txt"
+    wrong = {}
+    for line in pins.read_text().splitlines():
+        pinned = re.fullmatch(r"([A-Za-z0-9._-]+)==(\S+)", line.strip())
+        if not pinned:
+            continue
+        try:
+            installed = version(pinned[1])
+        except PackageNotFoundError:
+            continue
+        if installed != pinned[2]:
+            wrong[pinned[1]] = f"{pinned[2]} pinned, {installed} installed"
+    assert not wrong, wrong
