@@ -154,7 +154,8 @@ BASE_PATHS=(src)
 CMAKE_ARGS=(-DBUILD_TESTING=OFF -DPython3_EXECUTABLE="$VPY" -DPYTHON_EXECUTABLE="$VPY")
 # Nothing built on the PyPI wheels is C++: message packages skip their C++ type supports.
 [ -n "${ROS_DISTRO:-}" ] || { BASE_PATHS+=(pypi_ros); CMAKE_ARGS+=(-DRPENT_PYTHON_TYPESUPPORT_ONLY=ON); }
-WS_HASH=$(cd "$ROOT/ros_ws" && find "${BASE_PATHS[@]}" -type f -not -name '*.pyc' -print0 | sort -z | xargs -0 sha256sum | stage_hash /dev/stdin)
+WS_HASH=$(cd "$ROOT/ros_ws" && find "${BASE_PATHS[@]}" -type f -not -name '*.pyc' -print0 \
+  | sort -z | xargs -0 sha256sum | stage_hash /dev/stdin)
 WS_PID=""
 start_workspace_build() {
   if stage_done colcon "$WS_HASH" && [ -f "$ROOT/ros_ws/install/setup.bash" ]; then

@@ -501,28 +501,53 @@ def test_a_model_writing_code_reaches_native_success(robot, node_factory, tmp_pa
                                                  "summary='placed the soup')"]
 
 
+# A second run on the same agent needs no second pick-and-place: a look and a finish.
+LOOK = "look at the table, then finish"
+
+
+def soup_or_look_model(conversation, prefix=""):
+    """pick_and_place_model for the soup task; for LOOK, one observe, then finish."""
+    from rpent_testkit.provider_wire import Reply
+
+    if f"Task: {LOOK}" not in "\n".join(t for m in conversation.messages for t in m.texts):
+        return pick_and_place_model(conversation, prefix)
+    calls = [c[1] for m in conversation.messages for c in m.tool_calls]
+    if prefix + "observe" not in calls:
+        return Reply("Looking.", [(prefix + "observe", {})])
+    if prefix + "finish" not in calls:
+        return Reply("", [(prefix + "finish", {"status": "failure",
+                                               "summary": "looked at the table"})])
+    return Reply("I looked at the table.")
+
+
 def after_finish_keeps_calling(prefix):
-    """pick_and_place_model, then more tool calls once finish was called: a planner that
+    """soup_or_look_model, then more tool calls once finish was called: a planner that
     did not stop its agent CLI at finish would go on."""
     def model(conversation):
-        reply = pick_and_place_model(conversation, prefix)
+        reply = soup_or_look_model(conversation, prefix)
         return reply if reply.tool_calls else type(reply)("", [(prefix + "observe", {})])
     return model
 
 
-def soup_run(agent, server, run: int):
-    """Run the soup task; (its result, the requests the model server got meanwhile)."""
+def task_run(agent, server, run: int):
+    """Run the soup task (run 0) or LOOK (later runs); (its result, the requests the model
+    server got meanwhile)."""
     before = len(server.requests)
-    status, result = agent.result(agent.send(SOUP), 400)
+    status, result = agent.result(agent.send(LOOK if run else SOUP), 400)
     assert status == GoalStatus.STATUS_SUCCEEDED, (run, result.summary, server.refused,
                                                    server.failures, agent.proc.log_tail())
-    assert result.task_success and result.summary == "put alphabet_soup_1 in basket_1", \
-        (run, result.summary)
+    if run:
+        assert not result.task_success and result.summary == "looked at the table", \
+            result.summary
+    else:
+        assert result.task_success and result.summary == "put alphabet_soup_1 in basket_1", \
+            result.summary
     return result, server.requests[before:]
 
 
 @pytest.mark.slow
-def test_claude_code_reaches_native_success_twice(robot, node_factory, tmp_path, monkeypatch):
+def test_claude_code_reaches_native_success_then_runs_a_second_task(robot, node_factory,
+                                                                   tmp_path, monkeypatch):
     """planner:=claude_code: the real Claude Code CLI (the Claude Agent SDK's) against a
     local Anthropic Messages server, with the toolkit as its only tools, over the MCP
     server; the session is stopped at finish, and a second task runs on the same node."""
@@ -543,9 +568,9 @@ def test_claude_code_reaches_native_success_twice(robot, node_factory, tmp_path,
                       base_url=server.base_url, reset_episode=True, mcp_port=free_port(),
                       mcp_token="claude-token")
         for run in range(2):
-            result, requests = soup_run(agent, server, run)
+            result, requests = task_run(agent, server, run)
             assert result.input_tokens > 0 and result.output_tokens > 0
-            assert f"Task: {SOUP}" in requests[0].messages[0].texts
+            assert f"Task: {LOOK if run else SOUP}" in requests[0].messages[0].texts
             # The model would call tools after finish (up to max_turns): the session stops
             # at finish, before sending the model its result.
             after = [r for r in requests if any(c[1] == prefix + "finish"
@@ -650,7 +675,7 @@ def test_codex_reaches_native_success_and_stops_when_the_model_goes_on(
     closing = {"reply": Reply("The soup is in the basket.")}
 
     def model(conversation):
-        reply = pick_and_place_model(conversation, prefix)
+        reply = soup_or_look_model(conversation, prefix)
         return reply if reply.tool_calls else closing["reply"]
 
     port = free_port()
@@ -660,8 +685,8 @@ def test_codex_reaches_native_success_and_stops_when_the_model_goes_on(
                       model="openai:rpent-test-model", base_url=server.base_url,
                       reset_episode=True, mcp_port=port, mcp_token="codex-token")
         for run in range(2):
-            result, requests = soup_run(agent, server, run)
-            assert f"Task: {SOUP}" in "\n".join(requests[0].messages[-1].texts)
+            result, requests = task_run(agent, server, run)
+            assert f"Task: {LOOK if run else SOUP}" in "\n".join(requests[0].messages[-1].texts)
             after = [r for r in requests if any(c[1] == prefix + "finish"
                                                 for m in r.messages for c in m.tool_calls)]
             assert len(after) == 1, len(after)  # the finish result, then no more
