@@ -104,13 +104,11 @@ VPY="$VENV/bin/python"
 # Some machines' pip configs name package mirrors that do not exist; pip warns about each
 # one per package, which buries real errors. Errors and pip's exit status pass through.
 # No wheel cache: torch's CUDA wheels would stay on disk a second time (about 3 GB), and a
-# CI machine once ran out of space installing them. No byte-compiling of every module
-# installed (about 20 s of a first setup): Python compiles those a program imports, once.
+# CI machine once ran out of space installing them.
 pip_install() {
   local log rc=0
   log=$(mktemp)
-  "$VPY" -m pip install --no-cache-dir --no-compile --disable-pip-version-check --progress-bar off \
-    -q "$@" 2>&1 \
+  "$VPY" -m pip install --no-cache-dir --disable-pip-version-check --progress-bar off -q "$@" 2>&1 \
     | tee "$log" | { grep -v "^WARNING: Location '.*' is ignored" || true; } || rc=$?
   if [ "$rc" -ne 0 ] && grep -q "No space left on device" "$log"; then
     rm -f "$log"
