@@ -185,8 +185,9 @@ def test_a_run_ending_during_a_move_stops_the_move_and_says_so(robot, node_facto
                  if ending == "finish" else ("observe", {}))
 
     async def move_once_running(mover):
-        # A call before the run has started is answered "no task is running" (no turn
-        # counted): the goal is accepted before the agent has its run ready.
+        # The agent accepts the goal before its run is ready, and a tool called in between
+        # is answered "no task is running" (no turn counted). agent/cancel_run waits such a
+        # setup out (CANCEL_SETUP_WAIT); the MCP server does not yet, so the test waits.
         deadline = time.monotonic() + 30
         while True:
             moved = await mover.call_tool("move_to", target)
