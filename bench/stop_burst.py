@@ -31,7 +31,7 @@ FLOOR_SERVER = """
 import rclpy
 from action_msgs.srv import CancelGoal
 from rclpy.callback_groups import ReentrantCallbackGroup
-from rclpy.executors import MultiThreadedExecutor
+from rpent_contract.executors import MultiThreadedExecutor
 from std_srvs.srv import Trigger
 from rpent_contract.names import EXECUTE_CHUNK_ACTION, STOP_SERVICE
 from rpent_contract.qos import REQUEST_QOS

@@ -22,7 +22,7 @@ from typing import Optional
 import rclpy
 from rclpy.action import CancelResponse, GoalResponse
 from rclpy.callback_groups import ReentrantCallbackGroup
-from rclpy.executors import ExternalShutdownException, MultiThreadedExecutor
+from rclpy.executors import ExternalShutdownException
 from rclpy.node import Node
 from rclpy.signals import SignalHandlerOptions
 
@@ -31,6 +31,7 @@ from rpent_contract import params
 from rpent_contract.client import RobotClient, shutdown_executor, signals_held
 from rpent_contract.contributions import ContributionError
 from rpent_contract.driver import names_a_task
+from rpent_contract.executors import MultiThreadedExecutor
 from rpent_contract.serving import action_server
 from rcl_interfaces.msg import Log
 from std_msgs.msg import String

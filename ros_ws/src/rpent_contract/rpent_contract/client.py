@@ -25,7 +25,7 @@ from action_msgs.msg import GoalStatus
 from rclpy.action import ActionClient as _RclpyActionClient
 from rclpy.action.client import ClientGoalHandle
 from rclpy.exceptions import InvalidHandle
-from rclpy.executors import ExternalShutdownException, MultiThreadedExecutor
+from rclpy.executors import ExternalShutdownException
 from rclpy.impl.implementation_singleton import rclpy_implementation as _rclpy
 from std_srvs.srv import Trigger
 from unique_identifier_msgs.msg import UUID
@@ -41,6 +41,7 @@ from rpent_interfaces.action import ResetEpisode as ResetEpisodeAction
 from rpent_interfaces.srv import GetObjectPoses, GetRobotInfo, ResetEpisode, Segment
 
 from .control_space import array_to_chunk
+from .executors import MultiThreadedExecutor
 from .geometry import pose_from_msg, pose_to_msg
 from .names import (
     EXECUTE_CHUNK_ACTION,

@@ -8,8 +8,9 @@ import threading
 from typing import Callable
 
 import rclpy
-from rclpy.executors import ExternalShutdownException, MultiThreadedExecutor, SingleThreadedExecutor
+from rclpy.executors import ExternalShutdownException, SingleThreadedExecutor
 
+from .executors import MultiThreadedExecutor
 from .params import check_all_known
 
 # Longest a node may take from the end of its spin to the end of its process: its clean-up

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 from geometry_msgs.msg import PoseStamped, Quaternion, Vector3
-from rclpy.callback_groups import ReentrantCallbackGroup
+from rclpy.callback_groups import MutuallyExclusiveCallbackGroup, ReentrantCallbackGroup
 from std_msgs.msg import ColorRGBA, Header
 from visualization_msgs.msg import Marker, MarkerArray
 
@@ -58,7 +58,11 @@ class SimServices:
         self._tasks_pub = node.create_publisher(TaskList, TASKS_TOPIC, LATCHED_QOS)
         self._tasks_suite = None  # the suite whose tasks were published last
         self._lacks: set = set()  # what the driver has not got, not asked again
-        node.create_timer(SCENE_PERIOD_S, self._look, callback_group=group)
+        # One look at a time: a look waits on the simulator (behind a running chunk's
+        # steps; the first reads the suite's files), and looks the timer started every
+        # 0.5 s beside it held every executor thread, so a stop waited seconds for one.
+        node.create_timer(SCENE_PERIOD_S, self._look,
+                          callback_group=MutuallyExclusiveCallbackGroup())
 
     def _look(self) -> None:
         """What viewers see of the simulator, each published again when it changed."""

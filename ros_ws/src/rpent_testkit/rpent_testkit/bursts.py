@@ -19,6 +19,7 @@ from unique_identifier_msgs.msg import UUID
 
 from rpent_common.processes import wait_until
 from rpent_contract.client import shutdown_executor, spin_in_thread
+from rpent_contract.executors import MultiThreadedExecutor
 from rpent_contract.geometry import stamp_to_ns
 from rpent_contract.names import EXECUTE_CHUNK_ACTION, EXECUTED_ACTIONS_TOPIC, STOP_SERVICE
 from rpent_contract.qos import EXECUTED_QOS, REQUEST_QOS
@@ -99,7 +100,6 @@ class Burst:
 
     def __enter__(self) -> "Burst":
         import rclpy
-        from rclpy.executors import MultiThreadedExecutor
 
         prefix = f"/{self._namespace.strip('/')}/" if self._namespace.strip("/") else ""
         self._nodes = [rclpy.create_node(f"burst_client_{i}_{uuid.uuid4().hex[:6]}")
