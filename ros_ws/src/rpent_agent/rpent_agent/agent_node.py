@@ -84,6 +84,9 @@ class AgentNode(Node):
         self._goals: list = []  # run_task goals not yet ended, for a shutdown to wait on
         self._goals_lock = threading.Lock()  # goals may arrive on several threads
         self._toolkit: Optional[Toolkit] = None
+        # Runs accepted whose tools do not answer yet (under _goals_lock): a client told its
+        # run started may call a tool, or cancel, before the run is set up.
+        self._starting = 0
         self._interrupted: Optional[str] = None  # the signal's name, once one came
         self.robot: Optional[RobotClient] = None
         try:
@@ -202,20 +205,20 @@ class AgentNode(Node):
             server = (self.settings.mcp_host, self.settings.mcp_port, self.settings.run_timeout)
             if self.planner_name == "claude_code":
                 from .planners.claude_code import ClaudeCodePlanner
-                planner = ClaudeCodePlanner(lambda: self._toolkit, self.settings.model,
+                planner = ClaudeCodePlanner(self._current_toolkit, self.settings.model,
                                             self.settings.base_url, *server,
                                             token=self.settings.mcp_token,
                                             system_prompt=prompt)
             elif self.planner_name == "codex":
                 from .planners.codex import CodexPlanner
-                planner = CodexPlanner(lambda: self._toolkit, self.settings.model,
+                planner = CodexPlanner(self._current_toolkit, self.settings.model,
                                        self.settings.base_url, *server,
                                        cli=self.settings.codex_cli,
                                        token=self.settings.mcp_token,
                                        system_prompt=prompt)
             else:
                 from .planners.mcp import McpPlanner
-                planner = McpPlanner(lambda: self._toolkit, *server, token=self.settings.mcp_token)
+                planner = McpPlanner(self._current_toolkit, *server, token=self.settings.mcp_token)
             url = planner.start(self._new_toolkit(RunState("", 1, 0)).describe())
             # A token made up here is printed, for clients of the operator's choosing; one
             # given is not repeated into the logs.
@@ -266,7 +269,20 @@ class AgentNode(Node):
         if why:
             self.get_logger().warn(f"run_task refused: {why}")
             return GoalResponse.REJECT
+        self._run_accepted()
         return GoalResponse.ACCEPT
+
+    def _run_accepted(self) -> None:
+        with self._goals_lock:
+            self._starting += 1
+
+    def _current_toolkit(self) -> Optional[Toolkit]:
+        """The toolkit of the run in progress, or None; a run accepted and still being set up
+        is waited for (up to RUN_SETUP_WAIT s), so its client's first call finds it."""
+        deadline = time.monotonic() + RUN_SETUP_WAIT
+        while self._toolkit is None and self._starting and time.monotonic() < deadline:
+            time.sleep(0.01)
+        return self._toolkit
 
     def _on_cancel(self, _goal_handle):
         toolkit = self._toolkit
@@ -289,6 +305,8 @@ class AgentNode(Node):
             self.get_logger().warn(f"start_run refused: {why}")
             response.accepted, response.message = False, why
             return response
+
+        self._run_accepted()
 
         def run():
             try:
@@ -328,12 +346,7 @@ class AgentNode(Node):
         return instruction, None if instruction else "the instruction is empty"
 
     def _on_cancel_run(self, _request, response):
-        # A run just started has its toolkit a moment later.
-        deadline = time.monotonic() + CANCEL_SETUP_WAIT
-        while self._toolkit is None and self._run_lock.locked() and \
-                time.monotonic() < deadline:
-            time.sleep(0.01)
-        toolkit = self._toolkit
+        toolkit = self._current_toolkit()
         if toolkit is None:
             response.success, response.message = False, "no run is in progress"
             return response
@@ -382,7 +395,7 @@ class AgentNode(Node):
                                                           text=text[:2000]))
 
         result = self.run_task(g.instruction, g.max_turns, g.max_episode_steps, feedback,
-                               run_dir=g.run_dir)
+                               run_dir=g.run_dir, accepted=True)
         if result.status == RunTask.Result.STATUS_CANCELED and goal_handle.is_cancel_requested:
             goal_handle.canceled()
         elif result.status in (RunTask.Result.STATUS_ERROR, RunTask.Result.STATUS_CANCELED):
@@ -394,19 +407,37 @@ class AgentNode(Node):
 
     # --- a run ---------------------------------------------------------------------------
     def run_task(self, instruction: str, max_turns: int = 0, max_steps: int = 0,
-                 feedback=lambda *_: None, run_dir: str = "") -> RunTask.Result:
+                 feedback=lambda *_: None, run_dir: str = "",
+                 accepted: bool = False) -> RunTask.Result:
+        """``accepted``: the run of a goal already counted as accepted."""
+        if not accepted:
+            self._run_accepted()
         with self._run_lock:
             result, announce = self._run(instruction, max_turns, max_steps, feedback, run_dir)
         announce()
         return result
 
-    def _run(self, instruction: str, max_turns: int = 0, max_steps: int = 0,
-             feedback=lambda *_: None, run_dir: str = ""):
-        """A run, the run lock held by the caller; 0 and empty: this node's settings.
+    def _run(self, *args, **kwargs):
+        """A run, the run lock held by the caller and the run counted as accepted
+        (``_run_accepted``); arguments as ``_run_body``'s, 0 and empty: this node's settings.
 
         Returns the result and the function that publishes the run's finish event, for the
         caller to call once it has let go of the run lock: a viewer that starts the next run
         on that event must find the node free and the run's files written."""
+        answering = []  # the run's toolkit once its tools answer
+        try:
+            return self._run_body(answering, *args, **kwargs)
+        finally:
+            if not answering:  # its set-up failed: nothing is starting any more
+                self._tools_answer(None)
+
+    def _tools_answer(self, toolkit: Optional[Toolkit]) -> None:
+        with self._goals_lock:
+            self._toolkit = toolkit
+            self._starting -= 1
+
+    def _run_body(self, answering: list, instruction: str, max_turns: int = 0,
+                  max_steps: int = 0, feedback=lambda *_: None, run_dir: str = ""):
         max_turns = max_turns or self.settings.max_turns
         max_steps = max_steps or self.settings.max_episode_steps
         run_dir = run_dir or self.settings.run_dir
@@ -462,7 +493,8 @@ class AgentNode(Node):
         self.get_logger().info(f"run {run_id}: '{instruction}' ({run_dir})")
         with self._scene_lock:
             self._markers.publish(self._scene.clear(self.get_clock().now().to_msg()))
-        self._toolkit = toolkit
+        self._tools_answer(toolkit)
+        answering.append(toolkit)
         self._show_run(panel)  # running: from now on the run's tools answer
         if self._interrupted:  # the signal came while the run was being set up
             toolkit.cancel(f"interrupted by {self._interrupted}", INTERRUPT_STOP_TIMEOUT)
@@ -615,8 +647,8 @@ def summary(result, dashboard_url: str = "", dashboard_layout: str = "") -> str:
     return "\n".join(lines)
 
 
-# s a cancel_run waits for a run that is being set up to have something to cancel.
-CANCEL_SETUP_WAIT = 5.0
+# s a tool call or a cancel_run waits for a run that is being set up to answer it.
+RUN_SETUP_WAIT = 5.0
 
 # s a stop (and the wait for the motions it ends) may take once the process is told to go:
 # launch and rpent.start kill what has not exited a few seconds after their SIGINT.

@@ -53,7 +53,8 @@ class McpPlanner:
 
     def __init__(self, toolkit_provider, host: str = "127.0.0.1", port: int = 8766,
                  run_timeout: float = 3600.0, token: str = ""):
-        """``toolkit_provider()``: the toolkit of the current run, or None between runs.
+        """``toolkit_provider()``: the toolkit of the current run, or None between runs (it
+        may block while a run is being set up).
         ``token``: the bearer token every client must send; one is made up when the server
         listens beyond loopback and none is given (anyone who reaches the port could
         otherwise move the arm)."""
@@ -117,7 +118,9 @@ class McpPlanner:
             for t in self._catalogue])
 
     async def _call_tool(self, ctx, params) -> types.CallToolResult:
-        toolkit = self._toolkit()
+        # The provider may wait for a run being set up: off the event loop, which serves
+        # every other client meanwhile.
+        toolkit = await anyio.to_thread.run_sync(self._toolkit)
         if toolkit is None or toolkit.run.finished is not None:
             self.called_after_end()
             return _text("no task is running; start one with the agent's run_task action",
