@@ -1,11 +1,14 @@
-"""A long run of LIBERO episodes with everything that goes wrong at a bench: does anything
-grow or slow down?
+"""A long run of episodes with everything that goes wrong at a bench: does anything grow or
+slow down?
 
-    source scripts/env.sh && python bench/soak.py [--minutes 120] [--sample 60]
-        [--model-restart 300] [--seed 0]
+    source scripts/env.sh && python bench/soak.py [--robot libero|franka|so101]
+        [--minutes 120] [--sample 60] [--model-restart 300] [--seed 0]
 
-Episodes follow one another without a pause: reset, then the scripted expert streamed by
-the action-model node through a ChunkExecutor. Into each one, at random: nothing, a stop
+The robot's bring-up as ``rpent.start`` runs it, less the agent, with the scripted expert as
+its action model: LIBERO, or an arm's twin (its physics, cameras and SAM3 server, its
+operator, the unchanged robot node and perception; the expert finds the cube and the bowl
+through perception). Episodes follow one another without a pause: reset, then the expert
+streamed by the action-model node through a ChunkExecutor. Into each one, at random: nothing, a stop
 (the robot's ``stop`` service), a cancel (the executor's) or a reset mid-episode; every
 ``--model-restart`` s the model node gets SIGINT and a new one takes over. Every
 ``--sample`` s one line: episodes, the robot's and model node's memory (VmRSS), open file
@@ -26,6 +29,14 @@ from pathlib import Path
 import numpy as np
 
 SOUP = "pick the alphabet soup and place it in the basket"
+# Per robot: (its bring-up, arguments besides the expert's, steps and s an episode may take). An
+# arm's expert moves 2 to 5 mm a step and holds still once its task is done: no success
+# signal ends a twin's stream, its steps do.
+BENCHES = {
+    "libero": ("libero_sim", {}, 600, 60.0),
+    "franka": ("franka", {"twin": "true", "twin_task": "cube_in_bowl"}, 1200, 240.0),
+    "so101": ("so101", {"twin": "true", "twin_task": "cube_in_bowl"}, 600, 120.0),
+}
 
 
 def proc_stats(pid: int) -> dict:
@@ -38,16 +49,34 @@ def proc_stats(pid: int) -> dict:
             "fds": len(list(Path(f"/proc/{pid}/fd").iterdir()))}
 
 
+def bench_nodes(robot: str, logs: Path) -> list:
+    """The NodeSpecs of ``robot``'s bring-up with the scripted expert, less the agent."""
+    from rpent.bringup import describe
+    from rpent_common.processes import free_port_pair
+
+    bringup, arguments, _, _ = BENCHES[robot]
+    given = {**arguments, "am_backend": "scripted", "run_dir": str(logs / "run")}
+    if robot != "libero":
+        given["twin_port"] = str(free_port_pair())
+    if robot == "franka":
+        from rpent_twins.franky_sim import free_loopback_address
+
+        given["twin_host"] = free_loopback_address()
+    return [n for n in describe(bringup, given) if n.package != "rpent_agent"]
+
+
 class Soak:
-    def __init__(self, logs: Path, seed: int):
+    def __init__(self, robot: str, logs: Path, seed: int):
+        from rpent_common.processes import LoggedProcess
         from rpent_contract.client import RobotClient
-        from rpent_testkit.processes import NodeProcess
 
         self.logs, self.rng = logs, random.Random(seed)
-        root = Path(__file__).resolve().parents[1]
-        self.robot_proc = NodeProcess("rpent_env_sim", "libero_node", {}, logs,
-                                      name="soak_robot",
-                                      params_file=root / "config/libero_sim.yaml")
+        _, _, self.max_steps, self.timeout = BENCHES[robot]
+        nodes = bench_nodes(robot, logs)
+        self.model_spec = next(n for n in nodes if n.package == "rpent_am")
+        others = [n for n in nodes if n is not self.model_spec]
+        self.procs = [LoggedProcess(n.argv(), logs / f"{n.name}.log", n.name) for n in others]
+        self.robot_proc = self.procs[[n.executable for n in others].index(f"{robot}_node")]
         self.robot = RobotClient()
         self.info = self.robot.wait_ready(180)
         from rpent_am.client import ActionModelClient
@@ -69,11 +98,13 @@ class Soak:
             lambda m: self.step_times.append(m.header.stamp.sec + m.header.stamp.nanosec * 1e-9),
             EXECUTED_QOS)
         self.episodes = {"plain": 0, "stop": 0, "cancel": 0, "reset": 0}
+        self.instruction = SOUP  # the task's, from each reset
         self.resets_taken_over = 0
         self.outcomes: dict = {}
+        self.first_message: dict = {}  # outcome -> what the first episode so ended said
 
     def start_model(self) -> None:
-        from rpent_testkit.processes import NodeProcess
+        from rpent_common.processes import LoggedProcess
 
         if self.model_proc is not None:
             code = self.model_proc.stop(10)
@@ -81,9 +112,8 @@ class Soak:
                 raise RuntimeError(f"the model node exited {code} on SIGINT:\n"
                                    f"{self.model_proc.log_tail()}")
         self.lives += 1
-        name = f"soak_model_{self.lives}"
-        self.model_proc = NodeProcess("rpent_am", "am_node", {"backend": "scripted"}, self.logs,
-                                      name=name, remaps={"__node": "action_model"})
+        name = f"{self.model_spec.name}_{self.lives}"
+        self.model_proc = LoggedProcess(self.model_spec.argv(), self.logs / f"{name}.log", name)
         self.model.connect(self.info, timeout=120)
 
     def episode(self) -> None:
@@ -93,10 +123,12 @@ class Soak:
         response = self.robot.reset(timeout=60)
         if not response.success:
             raise RuntimeError(f"reset refused: {response.message}")
+        self.instruction = response.instruction
         executor = ChunkExecutor(self.robot, self.model)
         out = {}
         runner = threading.Thread(target=lambda: out.setdefault(
-            "report", executor.run(SOUP, max_steps=600, timeout=60.0)), daemon=True)
+            "report", executor.run(self.instruction, max_steps=self.max_steps,
+                                   timeout=self.timeout)), daemon=True)
         runner.start()
         if kind != "plain":
             runner.join(self.rng.uniform(0.5, 4.0))
@@ -111,30 +143,34 @@ class Soak:
                 if not response.success and "stopped" not in response.message:
                     raise RuntimeError(f"a reset mid-episode was refused: {response.message}")
                 self.resets_taken_over += not response.success
-        runner.join(120)
+        runner.join(self.timeout + 60)
         if runner.is_alive():
-            raise RuntimeError(f"a {kind} episode did not end within 120 s")
+            raise RuntimeError(f"a {kind} episode did not end within {self.timeout + 60:g} s")
         self.episodes[kind] += 1
         outcome = out["report"].outcome
         self.outcomes[outcome] = self.outcomes.get(outcome, 0) + 1
+        self.first_message.setdefault(outcome, out["report"].message)
 
     def predict_ms(self, n: int = 20) -> np.ndarray:
+        # Untimed: a twin's expert first locates the objects through perception (1.5 s).
+        self.model.predict(self.instruction, timeout=30.0)
         times = []
         for _ in range(n):
             t0 = time.perf_counter()
-            self.model.predict(SOUP, timeout=10.0)
+            self.model.predict(self.instruction, timeout=10.0)
             times.append((time.perf_counter() - t0) * 1e3)
         return np.array(times)
 
     def close(self) -> None:
         self.robot.close()
-        for proc in (self.model_proc, self.robot_proc):
+        for proc in [self.model_proc, *reversed(self.procs)]:
             if proc is not None:
                 proc.stop()
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--robot", choices=list(BENCHES), default="libero")
     parser.add_argument("--minutes", type=float, default=120.0)
     parser.add_argument("--sample", type=float, default=60.0, help="s between samples")
     parser.add_argument("--model-restart", type=float, default=300.0,
@@ -151,7 +187,7 @@ def main() -> None:
     rows = []
     try:
         with tempfile.TemporaryDirectory() as logs:
-            soak = Soak(Path(logs), args.seed)
+            soak = Soak(args.robot, Path(logs), args.seed)
             try:
                 start = last_restart = time.monotonic()
                 last_sample, last_stamp = start, ros_now(soak)
@@ -173,6 +209,8 @@ def main() -> None:
     print(f"\nepisodes by disturbance: {soak.episodes}; outcomes: {soak.outcomes}; "
           f"resets taken over by the stream's next chunk: {soak.resets_taken_over}; "
           f"model node lives: {soak.lives}")
+    for outcome, message in soak.first_message.items():
+        print(f"  first '{outcome}': {message}")
     verdict(rows)
 
 

@@ -267,6 +267,7 @@ def test_the_scripted_expert_on_an_arm_finds_objects_through_perception():
         assert (model["backend"], model["objects"], model["step_realized"]) == \
             ("scripted", "perception", 1.0)
         assert model["max_translation_step"] == {"franka": 0.002, "so101": 0.005}[name]
+        assert model["max_rotation_step"] == {"franka": 0.1, "so101": 0.04}[name]
         assert "action_space" not in model  # the robot's default: ee_delta
         assert nodes["agent"].parameters["perception"] == "perception"
     lerobot = {n.name: n for n in describe("franka", {"run_dir": "/tmp/r", "am_backend":

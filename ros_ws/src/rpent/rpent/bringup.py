@@ -427,13 +427,18 @@ def _given(args: dict, convert: dict) -> dict:
 # the table can turn a joint more than its 4 degrees per step.
 ARM_SCRIPTED_MODEL = {"objects": "perception", "step_realized": 1.0, "slow_within": 0.05}
 ARM_SCRIPTED_STEP = {"franka": 0.002, "so101": 0.005}
+# The SO-101 turns each joint 4 degrees a step at most, and its wrist roll alone turns the hand
+# about its approach axis: with the expert's 0.1 rad a turn, most of its streams in
+# bench/soak.py (reset, then stream) were refused at their first chunk (4.1 degrees of roll).
+ARM_SCRIPTED_TURN = {"franka": 0.1, "so101": 0.04}
 
 
 def arm_model_parameters(arm: str, args: dict) -> dict:
     """The action-model node's parameters that differ on ``arm`` from LIBERO."""
     if args["am_backend"] != "scripted":
         return {}
-    return {**ARM_SCRIPTED_MODEL, "max_translation_step": ARM_SCRIPTED_STEP[arm]}
+    return {**ARM_SCRIPTED_MODEL, "max_translation_step": ARM_SCRIPTED_STEP[arm],
+            "max_rotation_step": ARM_SCRIPTED_TURN[arm]}
 
 
 def _arm(args: dict, robot: NodeSpec, twin: Optional["Twin"] = None) -> list:

@@ -89,6 +89,10 @@ class ScriptedSettings(BackendSettings):
     max_translation_step: float = parameter(0.04, "The hand moves this far in one step at "
                                             "most (and never more than one axis of the action "
                                             "space takes)", "m", positive)
+    max_rotation_step: float = parameter(0.1, "The hand turns this far in one step at most "
+                                         "(and never more than one axis of the action space "
+                                         "takes): no more than the arm's joints turn in a "
+                                         "step", "rad", positive)
 
 
 def _model_io(default: str, simple: bool = False):

@@ -64,6 +64,7 @@ def make_backend(name: str, s, space: ControlSpaceSpec, info, finders: dict) -> 
         chunk = {"chunk_size": s.chunk_size} if s.chunk_size else {}
         return ScriptedPickPlace(space, finders[s.objects], arm=arm, **chunk,
                                  max_translation_step=s.max_translation_step,
+                                 max_rotation_step=s.max_rotation_step,
                                  control_rate=control_rate, source=source)
     if name == "lerobot":
         require("models", "the lerobot backend", "lerobot")
