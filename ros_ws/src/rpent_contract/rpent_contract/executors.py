@@ -2,12 +2,12 @@
 
 rclpy's MultiThreadedExecutor (Humble, Jazzy) hands each ready callback to a thread pool and
 goes back to its wait set at once. A task still waiting in the pool's queue counts as ready
-again, so while the pool's threads are all busy the executor thread does not wait at all: it
-hands the same queued tasks to the pool over and over (they return at once when they finally
-run) and holds the GIL doing it. A burst of fifty answers queued behind three busy threads
-turned into thousands of such hand-overs, and a robot whose threads were all held answered a
-``stop`` seconds late (ros2/rclpy#1452, fixed in Rolling only). Here a queued task counts as
-executing until a thread takes it, so it is handed over once and the executor thread waits.
+again, so while the pool's threads are all busy every wake-up (each message, each callback
+ending) hands every queued task to the pool once more; they return at once when they finally
+run, behind the real work. A burst of fifty answers queued behind three busy threads turned
+into thousands of such hand-overs, and its last answers waited hundreds of milliseconds
+(ros2/rclpy#1452, fixed in Rolling only). Here a queued task counts as executing until a
+thread takes it, so it is handed over once.
 """
 from __future__ import annotations
 
