@@ -105,7 +105,8 @@ def _run_episode(robot, model, episode: Episode) -> EpisodeTruth:
         # A goal canceled as the run ends may still finish the step in flight.
         for rows, run in sent:
             _, result = run.result(30.0)
-            truth.actions.extend(rows[:result.steps_executed])
+            skipped = result.steps_skipped
+            truth.actions.extend(rows[skipped:skipped + result.steps_executed])
     finally:
         robot.send = send
     truth.success = report.task_success

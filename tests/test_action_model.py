@@ -29,10 +29,6 @@ from rpent_interfaces.srv import GetRobotInfo
 from rpent_testkit.processes import answered_once
 from rpent_testkit.vla_servers import Pi05Server, facade, facade_params
 
-# Streams on a free-running simulator: a robot that renders nothing steps faster than a
-# loaded machine delivers chunks, and a remainder cut at the executor (not at the robot's
-# goal start) then repeats steps; run alone until the robot aligns chunks itself.
-pytestmark = pytest.mark.serial
 SOUP = "pick the alphabet soup and place it in the basket"
 BUTTER = "pick the butter and place it in the basket"
 

@@ -306,34 +306,39 @@ def test_stop_service_halts_and_robot_keeps_serving(robot, current_state, execut
     assert status == SUCCEEDED and result.steps_executed == 2, result.message
 
 
-def test_every_executed_step_is_published_with_the_step_it_acted_on(robot, probe_node,
-                                                                    current_state):
-    """executed_actions is what a recording turns into training data: one message per step
-    carried out, the action as executed, and the episode step of the observation it acted
-    on (robot_state's episode_step when the step began)."""
+@pytest.fixture
+def executed_actions(probe_node):
+    """The executed_actions messages received from now on, in order."""
     from rpent_contract.qos import EXECUTED_QOS
     from rpent_interfaces.msg import ExecutedAction
 
     done = []
     sub = probe_node.create_subscription(ExecutedAction, "executed_actions", done.append,
                                          EXECUTED_QOS)
-    try:
-        wait_until(lambda: probe_node.count_publishers("/executed_actions") > 0, 10,
-                   what="the robot's executed_actions publisher")
-        before = wait_until(lambda: (lambda st: st if not st.active_goal else None)(
-            current_state()), 10, what="robot_state with no active goal")
-        space, rows = robot.spec.wiggle(robot.info, 5)
-        status, result = robot.client.execute_chunk(rows, space, timeout=60)
-        assert status == SUCCEEDED and result.steps_executed == 5, result.message
-        wait_until(lambda: len(done) >= 5, 10, what="five executed_actions")
-        assert len(done) == 5
-        np.testing.assert_allclose([d.action for d in done], rows)
-        assert {d.control_space for d in done} == {space}
-        assert len({d.episode_id for d in done}) == 1 and done[0].episode_id
-        assert [d.episode_step for d in done] == list(range(before.episode_step,
-                                                            before.episode_step + 5))
-    finally:
-        probe_node.destroy_subscription(sub)
+    wait_until(lambda: probe_node.count_publishers("/executed_actions") > 0, 10,
+               what="the robot's executed_actions publisher")
+    yield done
+    probe_node.destroy_subscription(sub)
+
+
+def test_every_executed_step_is_published_with_the_step_it_acted_on(robot, executed_actions,
+                                                                    current_state):
+    """executed_actions is what a recording turns into training data: one message per step
+    carried out, the action as executed, and the episode step of the observation it acted
+    on (robot_state's episode_step when the step began)."""
+    done = executed_actions
+    before = wait_until(lambda: (lambda st: st if not st.active_goal else None)(
+        current_state()), 10, what="robot_state with no active goal")
+    space, rows = robot.spec.wiggle(robot.info, 5)
+    status, result = robot.client.execute_chunk(rows, space, timeout=60)
+    assert status == SUCCEEDED and result.steps_executed == 5, result.message
+    wait_until(lambda: len(done) >= 5, 10, what="five executed_actions")
+    assert len(done) == 5
+    np.testing.assert_allclose([d.action for d in done], rows)
+    assert {d.control_space for d in done} == {space}
+    assert len({d.episode_id for d in done}) == 1 and done[0].episode_id
+    assert [d.episode_step for d in done] == list(range(before.episode_step,
+                                                        before.episode_step + 5))
 
 
 def test_new_goal_preempts_the_running_one(robot):
@@ -344,6 +349,41 @@ def test_new_goal_preempts_the_running_one(robot):
     assert status1 == ABORTED and "preempted" in result1.message, result1.message
     assert result1.steps_executed < 400
     assert status2 == SUCCEEDED and result2.steps_executed == 2
+
+
+def test_a_chunk_begins_at_the_step_after_the_robots_steps_since_its_observation(
+        robot, executed_actions):
+    """A model's chunk is conditioned on an observation; the steps the robot took after it,
+    while the model inferred and the goal travelled, are in the past. The robot skips their
+    actions when the chunk begins, counting them itself: a client can only count the steps
+    it has heard of, and repeating the others' actions is what a loaded machine did."""
+    from builtin_interfaces.msg import Time
+
+    done = executed_actions
+    run, _seen, first = _start_long_chunk(robot)
+    # The observation: the running chunk's second step.
+    observed = wait_until(lambda: (lambda mine: mine[1] if len(mine) >= 2 else None)(
+        [d for d in done if d.chunk_stamp == first]), 10, what="two executed steps")
+    space, rows = robot.spec.wiggle(robot.info, 40)
+    rows[:, 0] *= np.linspace(1.0, 0.5, len(rows))  # every action different
+    goal = ExecuteChunk.Goal()
+    array_to_chunk(rows, space, goal.chunk)
+    goal.chunk.header.stamp = now_stamp()
+    goal.chunk.observation_stamp = Time(sec=observed.header.stamp.sec,
+                                        nanosec=observed.header.stamp.nanosec)
+    status, result = robot.client.send("execute_chunk", goal).result(60)
+    assert run.result(30)[0] == ABORTED
+    assert status == SUCCEEDED, result.message
+    wait_until(lambda: sum(d.chunk_stamp == goal.chunk.header.stamp for d in done)
+               >= result.steps_executed, 10, what="the chunk's executed_actions")
+    mine = [i for i, d in enumerate(done) if d.chunk_stamp == goal.chunk.header.stamp]
+    after = [d for d in done[:mine[0]]
+             if (d.header.stamp.sec, d.header.stamp.nanosec) >
+             (observed.header.stamp.sec, observed.header.stamp.nanosec)]
+    assert len(after) >= 1, "the chunk came before the robot stepped past its observation"
+    assert (result.steps_skipped, result.steps_executed) == (
+        len(after), len(rows) - len(after)), result.message
+    np.testing.assert_allclose([done[i].action for i in mine], rows[len(after):])
 
 
 def test_a_chunk_shows_where_it_takes_the_hand_until_the_last_one_ends(robot, probe_node,

@@ -1,9 +1,12 @@
 """Execute streamed action chunks on a robot without stalling at chunk boundaries.
 
 Strategy: *drop the stale prefix, switch at the replan point*. A chunk is conditioned on
-an observation taken at time t; by the time it arrives the robot has already executed
-k more steps (counted from the stamps in execute_chunk feedback), so its first k
-actions are in the past and are dropped; the rest replaces what the robot is doing.
+an observation taken at time t; by the time it runs the robot has already executed k more
+steps, so its first k actions are in the past and are dropped; the rest replaces what the
+robot is doing. The robot drops them itself when the chunk begins (it counts its own steps
+after the chunk's ``observation_stamp``, those taken while the goal travelled included);
+the executor counts the ones it has heard of, from the stamps in execute_chunk feedback,
+only to leave out chunks that are wholly in the past and to bound the steps it sends.
 The robot runs each chunk for at least ``replan_after`` steps before a newer one takes
 over (the newest waiting chunk wins), so a fast model does not churn goals every step.
 Switching sends the remainder as a new execute_chunk goal, which the robot node starts
@@ -269,13 +272,15 @@ class ChunkExecutor:
             if now_ns - obs_ns > self.max_staleness_ns:
                 report.chunks_stale += 1
                 continue
-            remainder = actions[stale_prefix(obs_ns, steps_so_far):]
-            if len(remainder) == 0:
+            known_stale = stale_prefix(obs_ns, steps_so_far)
+            if known_stale >= len(actions):
                 report.chunks_stale += 1
                 continue
-            remainder = remainder[: max(0, max_steps - len(steps_so_far))]
+            # The whole chunk, less what would pass the step budget after the prefix the robot
+            # drops (at least the one known here).
+            sent = actions[: known_stale + max(0, max_steps - len(steps_so_far))]
             goal = ExecuteChunk.Goal(stop_on_success=stop_on_success)
-            array_to_chunk(remainder, chunk.control_space, goal.chunk)
+            array_to_chunk(sent, chunk.control_space, goal.chunk)
             # Which observation and which model answer the steps come from: the robot
             # reports both with every executed step, for the loop's latency.
             goal.chunk.header.stamp = chunk.header.stamp

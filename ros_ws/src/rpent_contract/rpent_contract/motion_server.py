@@ -8,12 +8,19 @@ the step in flight; ``stop`` and cancel hold the arm within one control period.
 Goals that fail validation are accepted and immediately aborted with a result whose
 message says what was wrong: an rclpy goal *rejection* cannot carry a reason, and an
 invalid goal must not preempt the motion already running.
+
+A chunk conditioned on an observation (``observation_stamp``) starts at the action for the
+step the robot takes next: the steps it executed after that observation, while the model
+thought and the chunk travelled, are in the past. The robot counts them when the chunk
+begins, so steps taken while the goal was on its way count too (a client counting from
+feedback would miss those and repeat their actions).
 """
 from __future__ import annotations
 
 import contextlib
 import threading
 import traceback
+from collections import deque
 from dataclasses import dataclass
 from typing import Optional
 
@@ -31,8 +38,9 @@ from rpent_interfaces.msg import ExecutedAction, RobotState
 from rpent_interfaces.srv import ResetEpisode
 
 from .control_space import chunk_to_array
-from .driver import Motion, ResetRequest, RobotDescription, RobotDriver, RobotSnapshot
-from .geometry import pose_from_msg, pose_to_msg
+from .driver import (ChunkOutcome, Motion, ResetRequest, RobotDescription, RobotDriver,
+                     RobotSnapshot)
+from .geometry import pose_from_msg, pose_to_msg, stamp_to_ns
 from .motion import Holder, MotionArbiter
 from .names import (
     EXECUTE_CHUNK_ACTION,
@@ -95,6 +103,10 @@ class MotionServer:
         # each one for a dataset to pair it with its observation.
         self._executed_pub = node.create_publisher(ExecutedAction, EXECUTED_ACTIONS_TOPIC,
                                                    EXECUTED_QOS)
+        # The stamps of the latest steps published there, enough to count the steps after
+        # an observation up to a whole chunk (more would make every action stale anyway).
+        self._step_stamps: deque = deque(maxlen=description.max_chunk_steps)
+        self._step_stamps_lock = threading.Lock()
         self._path_pub = node.create_publisher(Marker, INTENDED_PATH_TOPIC, 10)
         self._paths = 0  # execute_chunk goals accepted to run: the newest one's path is up
         self._path_up = False  # a viewer now sees a path
@@ -218,52 +230,76 @@ class MotionServer:
             actions = chunk_to_array(goal.chunk)
         except ValueError as err:
             return self._refuse(goal_handle, result, str(err), "execute_chunk")
+        # The steps already in the past leave the chunk before it is checked: a wholly stale
+        # chunk does nothing (it must not preempt the motion running), and the rest is
+        # checked from where the arm is now. Beginning, it drops those taken since.
+        stale = self._steps_since(goal.chunk.observation_stamp)
+        if stale >= len(actions) > 0:
+            result.outcome = ExecuteChunk.Result.OUTCOME_COMPLETED
+            result.steps_skipped = len(actions)
+            result.message = (f"nothing to execute: the robot took all {len(actions)} steps "
+                              "of the chunk after its observation")
+            result.task_success = bool(self._driver.snapshot().task.success)
+            goal_handle.succeed()
+            return result
         snap = self._driver.snapshot()
         try:
             check_step_period(goal.chunk.step_period, 1.0 / self._description.control_rate)
             space = check_chunk(
-                actions, goal.chunk.control_space, self._description.control_spaces,
+                actions[stale:], goal.chunk.control_space, self._description.control_spaces,
                 max_horizon=self._description.max_chunk_steps, ee_position=snap.ee_position,
                 workspace=self._limits.workspace,
                 current=self._driver.state_in_space(goal.chunk.control_space),
             )
         except GoalRejected as err:
             return self._refuse(goal_handle, result, str(err), "execute_chunk")
+        # What runs once the chunk begins: its actions from the step the robot takes next,
+        # and their path (numbered now, in the order the chunks came).
+        running = {"actions": actions, "skipped": 0, "path": (self._number_path(), None)}
 
-        path = self._plan_path(space, actions, snap)
+        def begin(motion: Motion):
+            skipped = self._steps_since(goal.chunk.observation_stamp)
+            rows = actions[skipped:]
+            running.update(actions=rows, skipped=skipped)
+            if not len(rows):
+                return ChunkOutcome(0, self._driver.snapshot())
+            running["path"] = (running["path"][0],
+                               self._path_points(space, rows, self._driver.snapshot()))
+            return self._driver.execute_chunk(space, rows, motion, goal.stop_on_success)
 
         def feedback(s: RobotSnapshot, step: int):
             if step == 0:
-                self._draw_path(*path)
+                self._draw_path(*running["path"])
             now = self._node.get_clock().now().to_msg()
+            with self._step_stamps_lock:
+                self._step_stamps.append(stamp_to_ns(now))
+            rows = running["actions"]
             # ``s`` is the state after the step: it was applied at the step before.
             done = ExecutedAction(episode_id=s.task.episode_id,
                                   episode_step=max(0, int(s.episode_step) - 1),
                                   control_space=space.name,
-                                  action=[float(v) for v in actions[step]],
+                                  action=[float(v) for v in rows[step]],
                                   observation_stamp=goal.chunk.observation_stamp,
                                   chunk_stamp=goal.chunk.header.stamp, chunk_received=received)
             done.header.stamp, done.header.frame_id = now, space.frame_id
             self._executed_pub.publish(done)
             fb = ExecuteChunk.Feedback()
             fb.stamp = now
-            fb.step, fb.steps_total = step, actions.shape[0]
+            fb.step, fb.steps_total = step, rows.shape[0]
             pose_to_msg(s.ee_position, s.ee_orientation, fb.ee_pose)
             fb.gripper_width, fb.task_success = float(s.gripper_width), bool(s.task.success)
             goal_handle.publish_feedback(fb)
 
         try:
-            outcome, stopped = self._run_motion(
-                goal_handle, "execute_chunk", feedback,
-                lambda m: self._driver.execute_chunk(space, actions, m, goal.stop_on_success))
+            outcome, stopped = self._run_motion(goal_handle, "execute_chunk", feedback, begin)
         except Exception as err:  # the driver failed: report, hold, keep serving
             return self.driver_failure(goal_handle, result, err, "execute_chunk")
         finally:
-            self._erase_path(path[0])
+            self._erase_path(running["path"][0])
         if outcome is None:
             result.outcome, result.message = ExecuteChunk.Result.OUTCOME_CANCELED, stopped
             return self._finish(goal_handle, result, stopped)
-        result.steps_executed = outcome.steps_executed
+        result.steps_executed, result.steps_skipped = outcome.steps_executed, running["skipped"]
         result.task_success = bool(outcome.snapshot.task.success)
         pose_to_msg(outcome.snapshot.ee_position, outcome.snapshot.ee_orientation,
                     result.final_ee_pose)
@@ -282,19 +318,37 @@ class MotionServer:
         else:
             result.outcome = ExecuteChunk.Result.OUTCOME_COMPLETED
             result.message = f"executed {outcome.steps_executed} steps"
+        if running["skipped"]:
+            result.message += (f" (skipped the first {running['skipped']} of "
+                               f"{len(actions)}: the robot took those steps after the "
+                               "chunk's observation)")
         return self._finish(goal_handle, result, stopped, ok=not outcome.fault)
 
-    def _plan_path(self, space, actions: np.ndarray, snap: RobotSnapshot) -> tuple:
-        """Where the chunk about to run takes the end effector, for viewers: its commanded
-        path from where the hand is now, in the base frame (relative Cartesian spaces; a
-        joint-space chunk has no path without the arm's kinematics). Returns (number,
-        points) for :meth:`_draw_path` and :meth:`_erase_path`: the newest chunk's number
-        is the one whose path is up, so a preempted chunk never draws over or takes down
-        the path of the chunk that preempted it."""
-        path = commanded_path(space, actions, snap.ee_position)
+    def _steps_since(self, stamp) -> int:
+        """How many chunk steps the robot executed after ``stamp`` (none for a zero stamp:
+        a chunk no model conditioned on an observation)."""
+        since = stamp_to_ns(stamp)
+        if since <= 0:
+            return 0
+        with self._step_stamps_lock:
+            return sum(1 for t in self._step_stamps if t > since)
+
+    def _number_path(self) -> int:
+        """The number of a chunk just received, for :meth:`_draw_path` and
+        :meth:`_erase_path`: the newest chunk's number is the one whose path is up, so a
+        preempted chunk never draws over or takes down the path of the chunk that preempted
+        it."""
         with self._paths_lock:
             self._paths += 1
-            return self._paths, (None if path is None else np.vstack([snap.ee_position, path]))
+            return self._paths
+
+    @staticmethod
+    def _path_points(space, actions: np.ndarray, snap: RobotSnapshot) -> Optional[np.ndarray]:
+        """Where the chunk about to run takes the end effector, for viewers: its commanded
+        path from where the hand is now, in the base frame (relative Cartesian spaces; a
+        joint-space chunk has no path without the arm's kinematics)."""
+        path = commanded_path(space, actions, snap.ee_position)
+        return None if path is None else np.vstack([snap.ee_position, path])
 
     def _draw_path(self, number: int, points: Optional[np.ndarray]) -> None:
         """Once the chunk's first step is under way: drawing never delays a chunk's start.
