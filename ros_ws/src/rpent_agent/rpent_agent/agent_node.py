@@ -82,7 +82,8 @@ class AgentNode(Node):
 
         self._run_lock = threading.Lock()
         self._goals: list = []  # run_task goals not yet ended, for a shutdown to wait on
-        self._goals_lock = threading.Lock()  # goals may arrive on several threads
+        # Goals may arrive on several threads; a run's tools starting to answer notifies it.
+        self._goals_lock = threading.Condition()
         self._toolkit: Optional[Toolkit] = None
         # Runs accepted whose tools do not answer yet (under _goals_lock): a client told its
         # run started may call a tool, or cancel, before the run is set up.
@@ -279,10 +280,10 @@ class AgentNode(Node):
     def _current_toolkit(self) -> Optional[Toolkit]:
         """The toolkit of the run in progress, or None; a run accepted and still being set up
         is waited for (up to RUN_SETUP_WAIT s), so its client's first call finds it."""
-        deadline = time.monotonic() + RUN_SETUP_WAIT
-        while self._toolkit is None and self._starting and time.monotonic() < deadline:
-            time.sleep(0.01)
-        return self._toolkit
+        with self._goals_lock:
+            self._goals_lock.wait_for(lambda: self._toolkit is not None or not self._starting,
+                                      RUN_SETUP_WAIT)
+            return self._toolkit
 
     def _on_cancel(self, _goal_handle):
         toolkit = self._toolkit
@@ -435,6 +436,7 @@ class AgentNode(Node):
         with self._goals_lock:
             self._toolkit = toolkit
             self._starting -= 1
+            self._goals_lock.notify_all()
 
     def _run_body(self, answering: list, instruction: str, max_turns: int = 0,
                   max_steps: int = 0, feedback=lambda *_: None, run_dir: str = ""):
