@@ -39,6 +39,10 @@ BENCHES = {
 }
 
 
+# s between an episode's end and a sample's predict timings.
+SETTLE_S = 8.0
+
+
 def proc_stats(pid: int) -> dict:
     """VmRSS (MiB), threads and open file descriptors of a process."""
     fields = {}
@@ -217,6 +221,10 @@ def main() -> None:
 def sample(soak: Soak, minutes: float, since: float) -> dict:
     """One line of the table; ``since``: the last sample's time (ROS clock, s)."""
     robot, model = proc_stats(soak.robot_proc.proc.pid), proc_stats(soak.model_proc.proc.pid)
+    # predict is timed in the same state every sample: not while the episode just ended still
+    # loads the machine (a twin's perception node works 4-5 s on; a p50 of 11 ms right after
+    # an episode, 6 ms a few seconds later), nor only after a model restart's delay.
+    time.sleep(SETTLE_S)
     predict = soak.predict_ms()
     steps = np.array([t for t in soak.step_times if t >= since])
     gaps = np.diff(steps) * 1e3
