@@ -9,7 +9,7 @@ the executor counts the ones it has heard of, from the stamps in execute_chunk f
 only to leave out chunks that are wholly in the past and to bound the steps it sends.
 The robot runs each chunk for at least ``replan_after`` steps before a newer one takes
 over (the newest waiting chunk wins), so a fast model does not churn goals every step.
-Switching sends the remainder as a new execute_chunk goal, which the robot node starts
+Switching sends the newer chunk as an execute_chunk goal, which the robot node starts
 right after the step in flight: no gap while a chunk is still queued. A chunk conditioned
 on an observation older than ``max_staleness`` is never executed.
 
