@@ -12,12 +12,12 @@ import numpy as np
 import pytest
 from action_msgs.msg import GoalStatus
 
-from rpent_am.chunk_executor import ChunkExecutor, stale_prefix
+from rpent_am.chunk_executor import ChunkExecutor
 from rpent_am.client import ActionModelClient, ChunkRejected, IncompatibleModel
 from rpent_am.policy import ModelMeta, PolicyBackend
 from rpent_common.processes import wait_until
 from rpent_contract.client import ActionClient, RobotClient
-from rpent_contract.control_space import array_to_chunk
+from rpent_contract.control_space import array_to_chunk, stale_prefix
 from rpent_contract.geometry import stamp_to_ns
 from rpent_contract.images import image_to_numpy
 from rpent_contract.qos import IMAGE_QOS, STATE_QOS

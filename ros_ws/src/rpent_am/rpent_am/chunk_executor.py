@@ -31,18 +31,13 @@ from typing import Optional
 import numpy as np
 from action_msgs.msg import GoalStatus
 
-from rpent_contract.control_space import array_to_chunk
+from rpent_contract.control_space import array_to_chunk, stale_prefix
 from rpent_contract.geometry import stamp_to_ns
 from rpent_contract.images import image_to_numpy
 from rpent_contract.names import EXECUTE_CHUNK_ACTION
 from rpent_interfaces.action import ExecuteChunk
 
 from .client import ActionModelClient, ChunkRejected
-
-
-def stale_prefix(observation_ns: int, step_stamps_ns) -> int:
-    """How many steps were executed after the observation a chunk was conditioned on."""
-    return int(np.count_nonzero(np.asarray(step_stamps_ns, dtype=np.int64) > observation_ns))
 
 
 # Chunks the robot may refuse in a row before the run ends with its reason: the model's

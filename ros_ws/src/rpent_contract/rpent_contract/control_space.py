@@ -91,3 +91,9 @@ def array_to_chunk(actions: np.ndarray, control_space: str, msg=None):
     msg.horizon, msg.action_dim = int(actions.shape[0]), int(actions.shape[1])
     msg.data = actions.ravel().tolist()
     return msg
+
+
+def stale_prefix(observation_ns: int, step_stamps_ns) -> int:
+    """How many of the steps stamped ``step_stamps_ns`` were executed after the observation
+    a chunk was conditioned on: the chunk's first actions that are already in the past."""
+    return int(np.count_nonzero(np.asarray(step_stamps_ns, dtype=np.int64) > observation_ns))

@@ -37,7 +37,7 @@ from rpent_interfaces.action import ResetEpisode as ResetEpisodeAction
 from rpent_interfaces.msg import ExecutedAction, RobotState
 from rpent_interfaces.srv import ResetEpisode
 
-from .control_space import chunk_to_array
+from .control_space import chunk_to_array, stale_prefix
 from .driver import (ChunkOutcome, Motion, ResetRequest, RobotDescription, RobotDriver,
                      RobotSnapshot)
 from .geometry import pose_from_msg, pose_to_msg, stamp_to_ns
@@ -331,7 +331,7 @@ class MotionServer:
         if since <= 0:
             return 0
         with self._step_stamps_lock:
-            return sum(1 for t in self._step_stamps if t > since)
+            return stale_prefix(since, self._step_stamps)
 
     def _number_path(self) -> int:
         """The number of a chunk just received, for :meth:`_draw_path` and
