@@ -13,13 +13,15 @@ streamed by the action-model node through a ChunkExecutor. Into each one, at ran
 ``--model-restart`` s the model node gets SIGINT and a new one takes over. Every
 ``--sample`` s one line: episodes, the robot's and model node's memory (VmRSS), open file
 descriptors and threads, and the p50 / p99 of a single ``predict`` (measured 20 times per
-sample) and of the time between executed steps (their stamps). At the end, each column's
-last quarter against its first (a growth of more than 5 % is flagged); the model node is
-compared within each of its lives.
+sample) and of the time between executed steps (their stamps), and the robot node's CPU time
+per executed step (a step that costs more work, or one that only waits longer). At the end,
+each column's last quarter against its first (a growth of more than 5 % is flagged); the
+model node is compared within each of its lives.
 """
 from __future__ import annotations
 
 import argparse
+import os
 import random
 import tempfile
 import threading
@@ -51,6 +53,13 @@ def proc_stats(pid: int) -> dict:
         fields[key] = value.split()
     return {"rss": int(fields["VmRSS"][0]) / 1024, "threads": int(fields["Threads"][0]),
             "fds": len(list(Path(f"/proc/{pid}/fd").iterdir()))}
+
+
+def cpu_s(pid: int) -> float:
+    """User + system CPU time a process has used, s."""
+    # The command name may hold spaces: fields are counted after its closing parenthesis.
+    fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def bench_nodes(robot: str, logs: Path) -> list:
@@ -93,6 +102,9 @@ class Soak:
         # When each executed step was published (its stamp, s): arrival times would measure
         # this process's executor, which takes messages in bursts.
         self.step_times: list = []
+        # The robot's CPU time at the last sample: does a step cost it more work over time,
+        # or only more waiting?
+        self.robot_cpu = cpu_s(self.robot_proc.proc.pid)
         from rpent_contract.names import EXECUTED_ACTIONS_TOPIC
         from rpent_contract.qos import EXECUTED_QOS
         from rpent_interfaces.msg import ExecutedAction
@@ -196,7 +208,7 @@ def main() -> None:
                 start = last_restart = time.monotonic()
                 last_sample, last_stamp = start, ros_now(soak)
                 print("  min  episodes  robot MiB fds thr | model MiB fds thr life | "
-                      "predict p50/p99 ms | step p50/p99 ms", flush=True)
+                      "predict p50/p99 ms | step p50/p99 ms | robot CPU ms/step", flush=True)
                 while time.monotonic() - start < args.minutes * 60:
                     soak.episode()
                     now = time.monotonic()
@@ -230,16 +242,21 @@ def sample(soak: Soak, minutes: float, since: float) -> dict:
     gaps = np.diff(steps) * 1e3
     # Between episodes and chunks the robot waits: only gaps inside motion are steps.
     gaps = gaps[gaps < 500] if gaps.size else np.array([np.nan])
+    robot_cpu = cpu_s(soak.robot_proc.proc.pid)
+    cpu_per_step = (robot_cpu - soak.robot_cpu) * 1e3 / max(steps.size, 1)
+    soak.robot_cpu = robot_cpu
     row = {"min": minutes, "episodes": sum(soak.episodes.values()), "life": soak.lives,
            "robot_rss": robot["rss"], "robot_fds": robot["fds"], "robot_threads": robot["threads"],
            "model_rss": model["rss"], "model_fds": model["fds"],
            "model_threads": model["threads"],
            "predict_p50": np.percentile(predict, 50), "predict_p99": np.percentile(predict, 99),
-           "step_p50": np.percentile(gaps, 50), "step_p99": np.percentile(gaps, 99)}
+           "step_p50": np.percentile(gaps, 50), "step_p99": np.percentile(gaps, 99),
+           "robot_cpu_per_step": cpu_per_step}
     print(f"{minutes:5.1f} {row['episodes']:9d}  {row['robot_rss']:9.1f} {row['robot_fds']:3d} "
           f"{row['robot_threads']:3d} | {row['model_rss']:9.1f} {row['model_fds']:3d} "
           f"{row['model_threads']:3d} {row['life']:4d} | {row['predict_p50']:7.1f} / "
-          f"{row['predict_p99']:6.1f} | {row['step_p50']:6.1f} / {row['step_p99']:6.1f}",
+          f"{row['predict_p99']:6.1f} | {row['step_p50']:6.1f} / {row['step_p99']:6.1f} | "
+          f"{cpu_per_step:5.1f}",
           flush=True)
     return row
 
@@ -257,7 +274,7 @@ def verdict(rows: list) -> None:
     print("\n| column | first quarter | last quarter | change | grew more than 5 % |")
     print("|---|---|---|---|---|")
     for key in ("robot_rss", "robot_fds", "robot_threads", "predict_p50", "predict_p99",
-                "step_p50", "step_p99"):
+                "step_p50", "step_p99", "robot_cpu_per_step"):
         a, b = np.median([r[key] for r in first]), np.median([r[key] for r in last])
         change = (b - a) / a if a else 0.0
         print(f"| {key} | {a:.1f} | {b:.1f} | {change:+.1%} | "
