@@ -2,7 +2,7 @@
 slow down?
 
     source scripts/env.sh && python bench/soak.py [--robot libero|franka|so101]
-        [--minutes 120] [--sample 60] [--model-restart 300] [--seed 0]
+        [--minutes 120] [--sample 60] [--model-restart 300] [--seed 0] [--logs DIR]
 
 The robot's bring-up as ``rpent.start`` runs it, less the agent, with the scripted expert as
 its action model: LIBERO, or an arm's twin (its physics, cameras and SAM3 server, its
@@ -14,13 +14,15 @@ streamed by the action-model node through a ChunkExecutor. Into each one, at ran
 ``--sample`` s one line: episodes, the robot's and model node's memory (VmRSS), open file
 descriptors and threads, and the p50 / p99 of a single ``predict`` (measured 20 times per
 sample) and of the time between executed steps (their stamps), and the robot node's CPU time
-per executed step (a step that costs more work, or one that only waits longer). At the end,
-each column's last quarter against its first (a growth of more than 5 % is flagged); the
-model node is compared within each of its lives.
+per executed step (a step that costs more work, or one that only waits longer), beside the
+CPU time of a fixed probe in this process (the machine's own speed: on a virtual machine it
+varies with the neighbours). At the end, each column's last quarter against its first (a
+growth of more than 5 % is flagged); the model node is compared within each of its lives.
 """
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import random
 import tempfile
@@ -192,6 +194,8 @@ def main() -> None:
     parser.add_argument("--model-restart", type=float, default=300.0,
                         help="s between model node restarts")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--logs", type=Path,
+                        help="keep every node's log in this folder (default: a temporary one)")
     args = parser.parse_args()
 
     from rpent_testkit.processes import isolate_ros_graph
@@ -202,13 +206,14 @@ def main() -> None:
     rclpy.init()
     rows = []
     try:
-        with tempfile.TemporaryDirectory() as logs:
+        with kept(args.logs) if args.logs else tempfile.TemporaryDirectory() as logs:
             soak = Soak(args.robot, Path(logs), args.seed)
             try:
                 start = last_restart = time.monotonic()
                 last_sample, last_stamp = start, ros_now(soak)
                 print("  min  episodes  robot MiB fds thr | model MiB fds thr life | "
-                      "predict p50/p99 ms | step p50/p99 ms | robot CPU ms/step", flush=True)
+                      "predict p50/p99 ms | step p50/p99 ms | robot CPU ms/step | "
+                      "probe CPU ms", flush=True)
                 while time.monotonic() - start < args.minutes * 60:
                     soak.episode()
                     now = time.monotonic()
@@ -230,6 +235,28 @@ def main() -> None:
     verdict(rows)
 
 
+def probe_cpu_ms() -> float:
+    """CPU time of a fixed piece of work on this thread (ms, median of 5): how fast the
+    machine runs now. A virtual machine's CPUs slow down with their neighbours' load; a step
+    that costs more CPU time while this does too is the machine, not the robot node."""
+    x = np.linspace(0.0, 1.0, 200_000)
+    times = []
+    for _ in range(5):
+        t0 = time.thread_time()
+        sum(i * i for i in range(50_000))  # the interpreter
+        for _ in range(10):
+            x = np.sin(x) + 0.5  # elementwise numpy, one thread
+        times.append(time.thread_time() - t0)
+    return float(np.median(times)) * 1e3
+
+
+@contextlib.contextmanager
+def kept(folder: Path):
+    folder.mkdir(parents=True, exist_ok=True)
+    print(f"node logs: {folder}", flush=True)
+    yield str(folder)
+
+
 def sample(soak: Soak, minutes: float, since: float) -> dict:
     """One line of the table; ``since``: the last sample's time (ROS clock, s)."""
     robot, model = proc_stats(soak.robot_proc.proc.pid), proc_stats(soak.model_proc.proc.pid)
@@ -245,18 +272,19 @@ def sample(soak: Soak, minutes: float, since: float) -> dict:
     robot_cpu = cpu_s(soak.robot_proc.proc.pid)
     cpu_per_step = (robot_cpu - soak.robot_cpu) * 1e3 / max(steps.size, 1)
     soak.robot_cpu = robot_cpu
+    probe = probe_cpu_ms()
     row = {"min": minutes, "episodes": sum(soak.episodes.values()), "life": soak.lives,
            "robot_rss": robot["rss"], "robot_fds": robot["fds"], "robot_threads": robot["threads"],
            "model_rss": model["rss"], "model_fds": model["fds"],
            "model_threads": model["threads"],
            "predict_p50": np.percentile(predict, 50), "predict_p99": np.percentile(predict, 99),
            "step_p50": np.percentile(gaps, 50), "step_p99": np.percentile(gaps, 99),
-           "robot_cpu_per_step": cpu_per_step}
+           "robot_cpu_per_step": cpu_per_step, "probe_cpu": probe}
     print(f"{minutes:5.1f} {row['episodes']:9d}  {row['robot_rss']:9.1f} {row['robot_fds']:3d} "
           f"{row['robot_threads']:3d} | {row['model_rss']:9.1f} {row['model_fds']:3d} "
           f"{row['model_threads']:3d} {row['life']:4d} | {row['predict_p50']:7.1f} / "
           f"{row['predict_p99']:6.1f} | {row['step_p50']:6.1f} / {row['step_p99']:6.1f} | "
-          f"{cpu_per_step:5.1f}",
+          f"{cpu_per_step:5.1f} | {probe:5.1f}",
           flush=True)
     return row
 
@@ -274,7 +302,7 @@ def verdict(rows: list) -> None:
     print("\n| column | first quarter | last quarter | change | grew more than 5 % |")
     print("|---|---|---|---|---|")
     for key in ("robot_rss", "robot_fds", "robot_threads", "predict_p50", "predict_p99",
-                "step_p50", "step_p99", "robot_cpu_per_step"):
+                "step_p50", "step_p99", "robot_cpu_per_step", "probe_cpu"):
         a, b = np.median([r[key] for r in first]), np.median([r[key] for r in last])
         change = (b - a) / a if a else 0.0
         print(f"| {key} | {a:.1f} | {b:.1f} | {change:+.1%} | "
