@@ -14,21 +14,44 @@ class MotionArbiter:
     a chunk that follows a chunk takes over from it instead (``Motion.hand_over``), so a
     stream of chunks moves the arm without stopping at their boundaries.
 
-    Every request takes a ticket; a motion that was waiting while a newer request (goal
-    or stop) arrived does not start at all, so the robot always ends up doing the latest
-    thing it was asked.
+    Every request takes a ticket when it arrives (``arrive``), in the order requests come; a
+    motion whose request is older than another one still live (waiting to start or
+    running), than one that has begun, or than the last stop, does not start at all. The
+    robot so ends up doing the latest thing it was asked, however late a request's own
+    execution is scheduled: an action goal accepted before a reset but executed after it
+    does not take over from the reset.
     """
 
     def __init__(self):
         self._run = threading.Lock()
         self._guard = threading.Lock()
-        self._ticket = 0
+        self._ticket = 0  # the last one given
+        self._stopped_up_to = 0  # a stop voided every ticket up to this one
+        self._newest_begun = 0
+        self._live: set[int] = set()  # tickets whose requests wait to begin, or run
         self._active: Optional[Motion] = None
+        self._active_ticket = 0
 
-    def begin(self, motion: Motion, label: str) -> bool:
+    def arrive(self) -> int:
+        """A ticket for a request that has just arrived."""
         with self._guard:
             self._ticket += 1
-            ticket = self._ticket
+            self._live.add(self._ticket)
+            return self._ticket
+
+    def withdraw(self, ticket: int) -> None:
+        """The request will not begin, or has ended: it no longer outranks older ones."""
+        with self._guard:
+            self._live.discard(ticket)
+
+    def begin(self, motion: Motion, label: str, ticket: Optional[int] = None) -> bool:
+        """Make ``motion`` the running one, for the request of ``ticket`` (one taken now if
+        None); False, with the motion stopped, when a newer request outranks it."""
+        if ticket is None:
+            ticket = self.arrive()
+        with self._guard:
+            if self._outranked(ticket):
+                return self._give_up(motion, ticket)
             if self._active is not None:
                 if self._active.continuous and motion.continuous:
                     self._active.hand_over(f"preempted by a new {label} request, which "
@@ -37,23 +60,33 @@ class MotionArbiter:
                     self._active.stop(f"preempted by a new {label} request")
         self._run.acquire()
         with self._guard:
-            if ticket != self._ticket:
+            if self._outranked(ticket):
                 self._run.release()
-                motion.stop("superseded by a newer request before it started")
-                return False
-            self._active = motion
+                return self._give_up(motion, ticket)
+            self._active, self._active_ticket = motion, ticket
+            self._newest_begun = max(self._newest_begun, ticket)
         return True
+
+    def _outranked(self, ticket: int) -> bool:
+        return (ticket <= self._stopped_up_to or ticket < self._newest_begun
+                or any(t > ticket for t in self._live))
+
+    def _give_up(self, motion: Motion, ticket: int) -> bool:
+        self._live.discard(ticket)
+        motion.stop("superseded by a newer request before it started")
+        return False
 
     def end(self, motion: Motion) -> None:
         with self._guard:
             if self._active is motion:
                 self._active = None
+                self._live.discard(self._active_ticket)
         self._run.release()
 
     def interrupt(self, reason: str) -> None:
-        """Stop the running motion and cancel any that are waiting to start."""
+        """Stop the running motion and cancel every request that has arrived so far."""
         with self._guard:
-            self._ticket += 1
+            self._stopped_up_to = self._ticket
             if self._active is not None:
                 self._active.stop(reason)
 

@@ -96,6 +96,7 @@ class MotionServer:
         self.mode = RobotState.MODE_IDLE
         self.active_goal = ""
         self._goal_motions: dict[bytes, Motion] = {}
+        self._goal_tickets: dict[bytes, int] = {}  # each accepted goal's, until it returns
         self._early_cancels: dict[bytes, None] = {}  # canceled before they ran, oldest first
         self._goal_lock = threading.Lock()
         self._holder = Holder(driver.hold, node.get_logger())
@@ -113,8 +114,9 @@ class MotionServer:
         self._paths_lock = threading.Lock()
         motions = ReentrantCallbackGroup()
         self._servers = [
-            action_server(node, action_type, name, execute_callback=execute,
+            action_server(node, action_type, name, execute_callback=self._ticketed(execute),
                           goal_callback=lambda _goal: GoalResponse.ACCEPT,
+                          handle_accepted_callback=self._accepted,
                           cancel_callback=self._cancel, callback_group=motions)
             for action_type, name, execute in (
                 (ExecuteChunk, EXECUTE_CHUNK_ACTION, self._execute_chunk),
@@ -133,10 +135,31 @@ class MotionServer:
         self._holder.close()
 
     # --- motion plumbing ---------------------------------------------------------------
+    def _accepted(self, goal_handle) -> None:
+        """A goal's place among the robot's requests is when it arrived, not when its
+        execution gets a thread: a goal accepted before a reset must not take over from it."""
+        with self._goal_lock:
+            self._goal_tickets[bytes(goal_handle.goal_id.uuid)] = self._arbiter.arrive()
+        goal_handle.execute()
+
+    def _ticketed(self, execute):
+        """``execute``, after which the goal no longer outranks older requests (it ran, was
+        refused or canceled)."""
+        def run(goal_handle):
+            try:
+                return execute(goal_handle)
+            finally:
+                with self._goal_lock:
+                    ticket = self._goal_tickets.pop(bytes(goal_handle.goal_id.uuid), None)
+                if ticket is not None:
+                    self._arbiter.withdraw(ticket)
+        return run
+
     def _cancel(self, goal_handle) -> CancelResponse:
         uuid = bytes(goal_handle.goal_id.uuid)
         with self._goal_lock:
             motion = self._goal_motions.get(uuid)
+            ticket = self._goal_tickets.get(uuid)
             if motion is None:
                 # Accepted, not yet running: rclpy marks the goal canceling only after this
                 # returns, so the motion, once registered, could not tell it was canceled.
@@ -145,6 +168,8 @@ class MotionServer:
                     self._early_cancels.pop(next(iter(self._early_cancels)))
         if motion is not None:
             motion.stop("canceled by the client")
+        elif ticket is not None:
+            self._arbiter.withdraw(ticket)  # a canceled goal does not void what came before
         return CancelResponse.ACCEPT
 
     def _run_motion(self, goal_handle, label: str, feedback, body):
@@ -160,8 +185,10 @@ class MotionServer:
                     self._publisher.publish_step(s)
                 step_feedback(s, step)
         motion = Motion(feedback, continuous=label == "execute_chunk")
+        with self._goal_lock:
+            ticket = self._goal_tickets.get(bytes(goal_handle.goal_id.uuid))
         with self._cancellable(goal_handle, motion):
-            outcome = self._exclusive(motion, label, body)
+            outcome = self._exclusive(motion, label, body, ticket)
         # The state the motion ended in goes out before its result: a client that reads
         # robot_state once answered sees where the arm is, not a step of the way (a
         # simulator steps faster than the state timer ticks). Frames follow on the timer.
@@ -184,15 +211,19 @@ class MotionServer:
             with self._goal_lock:
                 self._goal_motions.pop(uuid, None)
 
-    def _exclusive(self, motion: Motion, label: str, body):
+    def _exclusive(self, motion: Motion, label: str, body, ticket: Optional[int] = None):
         """Run ``body(motion)`` as the only motion (it preempts the running one, and
         ``stop`` or a newer motion stop it); return (outcome, stop reason or None), with
-        outcome None when it was stopped before it began."""
+        outcome None when it was stopped before it began. ``ticket``: the request's, from
+        when it arrived (a service request, without one, arrives now)."""
+        if ticket is None:
+            ticket = self._arbiter.arrive()
         # A stop answered before this goal came must not halt it once it runs.
         if not self._holder.wait(HOLD_TIMEOUT_S):
             motion.stop(f"the robot did not finish holding position within {HOLD_TIMEOUT_S:g} s "
                         "of the last stop; check the robot (its log says more) and call reset")
-        if motion.stopped or not self._arbiter.begin(motion, label):
+        if motion.stopped or not self._arbiter.begin(motion, label, ticket):
+            self._arbiter.withdraw(ticket)
             return None, motion.reason
         self.mode, self.active_goal = RobotState.MODE_MOVING, label
         try:

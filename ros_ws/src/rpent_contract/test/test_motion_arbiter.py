@@ -205,3 +205,71 @@ def test_only_the_latest_of_two_waiting_goals_runs():
     assert older.result is False
     assert "superseded" in older.motion.reason
     assert not arbiter.busy
+
+
+# ---------------------------------------------------------------- arrival order
+
+
+class BeginTicket(Begin):
+    """arbiter.begin for a request that arrived earlier, with its ticket."""
+
+    def __init__(self, arbiter, motion, ticket, label="goal"):
+        self.ticket = ticket
+        super().__init__(arbiter, motion, label)
+
+    def _run(self, arbiter, label):
+        self.result = arbiter.begin(self.motion, label, self.ticket)
+        self.done.set()
+
+
+def test_a_request_whose_execution_comes_late_does_not_take_over_from_a_newer_one():
+    """A chunk goal accepted, then a reset asked: the reset runs, whenever the goal's own
+    execution gets scheduled."""
+    arbiter = MotionArbiter()
+    chunk = arbiter.arrive()
+    reset = start_active(arbiter, "reset")
+    late = BeginTicket(arbiter, RecordingMotion(), chunk)
+    assert late.finished() and late.result is False
+    assert "superseded" in late.motion.reason
+    assert not reset.stopped, reset.stop_calls
+    arbiter.end(reset)
+    assert not arbiter.busy
+
+
+def test_a_late_request_waiting_behind_a_newer_one_never_runs_after_it():
+    arbiter = MotionArbiter()
+    first = start_active(arbiter)
+    older = arbiter.arrive()
+    newer = Begin(arbiter, RecordingMotion())
+    assert wait_until(lambda: first.stopped)
+    arbiter.end(first)
+    assert newer.finished() and newer.result is True
+    late = BeginTicket(arbiter, RecordingMotion(), older)
+    assert late.finished() and late.result is False
+    arbiter.end(newer.motion)
+    assert not newer.motion.stopped
+
+
+def test_a_withdrawn_request_does_not_outrank_older_ones():
+    """A goal canceled before it began does not void the request that came before it."""
+    arbiter = MotionArbiter()
+    first = start_active(arbiter)
+    reset = arbiter.arrive()
+    arbiter.withdraw(arbiter.arrive())
+    waiting = BeginTicket(arbiter, RecordingMotion(), reset, "reset")
+    assert wait_until(lambda: first.stopped)
+    arbiter.end(first)
+    assert waiting.finished() and waiting.result is True
+    assert not waiting.motion.stopped
+    arbiter.end(waiting.motion)
+
+
+def test_a_stop_voids_every_request_that_came_before_it():
+    arbiter = MotionArbiter()
+    before = arbiter.arrive()
+    arbiter.interrupt("stopped by the stop service")
+    late = BeginTicket(arbiter, RecordingMotion(), before)
+    assert late.finished() and late.result is False
+    after = start_active(arbiter)
+    assert not after.stopped
+    arbiter.end(after)
