@@ -230,7 +230,10 @@ def test_executor_streams_the_expert_to_native_success(stack):
     assert (again.outcome, again.steps_executed) == ("task_success", 0), again.message
     assert took > idle
     assert report.task_success and report.chunks_executed > 5
-    assert report.chunks_stale == 0 and report.chunks_rejected == 0
+    # Every chunk the model sent was valid. One the unpaced simulator had wholly outrun by
+    # the time it came (a loaded machine: 10 steps in 150 ms) is skipped as stale by
+    # design; how often that happens is the latency benches' figure, not a pass mark.
+    assert report.chunks_rejected == 0
     # While the simulator moves, each step is one measurement: the same step again under a
     # newer stamp only comes as a heartbeat (the model predicts once per state it is sent).
     repeats = [(stamp_to_ns(b.header.stamp) - stamp_to_ns(a.header.stamp)) / 1e9
