@@ -17,7 +17,9 @@ sample) and of the time between executed steps (their stamps), and the robot nod
 per executed step (a step that costs more work, or one that only waits longer), beside the
 CPU time of a fixed probe in this process (the machine's own speed: on a virtual machine it
 varies with the neighbours). At the end, each column's last quarter against its first (a
-growth of more than 5 % is flagged); the model node is compared within each of its lives.
+growth of more than 5 % is flagged), and the robot's CPU time per step divided by the
+probe's, which the machine's speed does not move; the model node is compared within each
+of its lives.
 """
 from __future__ import annotations
 
@@ -42,6 +44,9 @@ BENCHES = {
     "so101": ("so101", {"twin": "true", "twin_task": "cube_in_bowl"}, 600, 120.0),
 }
 
+
+# The verdict's column of the robot node's CPU time per step in units of the probe's.
+WORK = "robot_cpu_per_step / probe_cpu"
 
 # s between an episode's end and a sample's predict timings.
 SETTLE_S = 8.0
@@ -298,14 +303,19 @@ def verdict(rows: list) -> None:
         print("too few samples for a verdict: run longer than 4 samples")
         return
     quarter = max(1, len(rows) // 4)
-    first, last = rows[:quarter], rows[-quarter:]
     print("\n| column | first quarter | last quarter | change | grew more than 5 % |")
     print("|---|---|---|---|---|")
-    for key in ("robot_rss", "robot_fds", "robot_threads", "predict_p50", "predict_p99",
-                "step_p50", "step_p99", "robot_cpu_per_step", "probe_cpu"):
-        a, b = np.median([r[key] for r in first]), np.median([r[key] for r in last])
+    columns = {key: [r[key] for r in rows] for key in (
+        "robot_rss", "robot_fds", "robot_threads", "predict_p50", "predict_p99", "step_p50",
+        "step_p99", "robot_cpu_per_step", "probe_cpu")}
+    # The robot node's work per step with the machine's own speed divided out: the one
+    # latency-like column a virtual machine's neighbours do not move.
+    columns[WORK] = [r["robot_cpu_per_step"] / r["probe_cpu"] for r in rows]
+    for key, values in columns.items():
+        a, b = np.median(values[:quarter]), np.median(values[-quarter:])
         change = (b - a) / a if a else 0.0
-        print(f"| {key} | {a:.1f} | {b:.1f} | {change:+.1%} | "
+        digits = 3 if key == WORK else 1
+        print(f"| {key} | {a:.{digits}f} | {b:.{digits}f} | {change:+.1%} | "
               f"{'YES' if change > 0.05 else 'no'} |")
     # The model node restarts: compare each life's first sample with its last.
     for life in sorted({r["life"] for r in rows}):
