@@ -18,6 +18,11 @@ from twin_runs import ARMS, start, stop
 
 pytestmark = [pytest.mark.slow, pytest.mark.serial]
 
+# A scene per arm where its cube lies in reach of a clean grasp (the scripted heuristic
+# misses objects far off the SO-101's axis, see the README's twin figures): these runs
+# test the path end to end; bench/twins.py measures how often the task succeeds.
+SEED = {"franka": "twin_seed:=0", "so101": "twin_seed:=2"}
+
 
 @pytest.mark.parametrize("arm", ARMS)
 def test_a_whole_pick_and_place_on_the_twin_ends_with_the_operators_verdict(arm, tmp_path,
@@ -28,7 +33,7 @@ def test_a_whole_pick_and_place_on_the_twin_ends_with_the_operators_verdict(arm,
     watcher = RobotClient(actions=(), node_name=f"watch_{arm}")
     statuses = []
     watcher.node.create_subscription(TaskStatus, "task_status", statuses.append, LATCHED_QOS)
-    proc, _, _ = start(arm, tmp_path / "run.log", "twin_task:=cube_in_bowl", "twin_seed:=0",
+    proc, _, _ = start(arm, tmp_path / "run.log", "twin_task:=cube_in_bowl", SEED[arm],
                        f"run_dir:={run_dir}", "planner:=scripted",
                        # a loaded machine slows the physics, and motions take more steps
                        "max_episode_steps:=3000")
@@ -61,7 +66,7 @@ def test_the_scripted_expert_streamed_through_predict_does_the_task_on_the_twin(
     # franky-sim's physics falls behind it on a loaded machine (0.54 of real time seen), so
     # the task can take twice the chunks; the expert holds still once it is done.
     chunks = {"franka": 400, "so101": 80}[arm]
-    proc, _, _ = start(arm, tmp_path / "run.log", "twin_task:=cube_in_bowl", "twin_seed:=0",
+    proc, _, _ = start(arm, tmp_path / "run.log", "twin_task:=cube_in_bowl", SEED[arm],
                        f"run_dir:={run_dir}", "planner:=scripted", "am_backend:=scripted",
                        f"policy_chunks:={chunks}", "max_episode_steps:=3000")
     try:
@@ -150,7 +155,7 @@ def test_an_llm_planner_does_the_twins_task_through_perception_on_the_providers_
     run_dir = tmp_path / "run"
     with AnthropicServer(perception_pick_and_place_model) as server:
         proc, _, _ = start(arm, tmp_path / "run.log", "twin_task:=cube_in_bowl",
-                           "twin_seed:=0", f"run_dir:={run_dir}", "planner:=api",
+                           SEED[arm], f"run_dir:={run_dir}", "planner:=api",
                            "model:=anthropic:claude-sonnet-5", f"base_url:={server.base_url}",
                            "max_episode_steps:=3000")
         try:
