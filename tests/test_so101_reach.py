@@ -60,10 +60,9 @@ def scene_arm(rclpy_context, node_factory, tmp_path_factory):
 def far_corner(items, side: float) -> np.ndarray:
     """The point of the items' ranges on ``side`` (+1 left, -1 right) farthest from the
     base, at the height the expert is told (an object's centre, a container's bottom)."""
-    corners = [(math.hypot(max(i.x), max(abs(y) for y in i.y)), i) for i in items]
-    _, item = max(corners, key=lambda c: c[0])
-    y = max(item.y) if side > 0 else min(item.y)
-    return np.array([max(item.x), y, item.origin_height])
+    corners = [np.array([max(i.x), max(i.y) if side > 0 else min(i.y), i.origin_height])
+               for i in items]
+    return max(corners, key=lambda p: math.hypot(p[0], p[1]))
 
 
 @pytest.mark.parametrize("side", [1.0, -1.0], ids=["object_left", "object_right"])
