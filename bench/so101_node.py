@@ -48,7 +48,9 @@ def driver_cycles(port: str, cal_dir: str, seconds: float, rate: float):
         max_relative_target=0.0, max_translation_step=0.01, max_rotation_step=0.15,
         frame_id="base_link", safety=SafetyLayer(limits), approval=ApprovalGate(False, 1.0),
         home=(0.0, -30.0, 30.0, 60.0, 0.0, 50.0), max_joint_step=4.0, ik_tolerance=0.005,
-        gripper_max_width=0.07, settle_timeout=3.0, disable_torque_on_exit=True,
+        gripper_max_width=0.07, settle_timeout=3.0, max_target_lead=0.01,
+        max_target_lag=1.0,
+        disable_torque_on_exit=True,
         instruction="", connect_timeout=0.0, tcp_offset=(0.0, 0.0, 0.0), cameras={}),
         logging.getLogger("so101"))
     try:

@@ -31,7 +31,8 @@ def gantry_settings(rate: float = 50.0, max_step: float = 0.01) -> ArmSettings:
                           max_goal_translation=0.8, max_goal_rotation=1.0)
     return ArmSettings(control_rate=rate, safety=SafetyLayer(limits),
                        approval=ApprovalGate(enabled=False, timeout=1.0), cameras={},
-                       instruction="", settle_timeout=2.0)
+                       instruction="", settle_timeout=2.0, max_target_lead=0.01,
+                       max_target_lag=1.0)
 
 
 class GantryDriver(ArmDriver):
@@ -119,6 +120,13 @@ class GantryDriver(ArmDriver):
             self.safety.check_cartesian_path(start, UPRIGHT, positions,
                                              np.tile(UPRIGHT, (len(positions), 1)))
         return positions, positions
+
+    def _handover_position(self, handover) -> np.ndarray:
+        return handover
+
+    def _pull_handover(self, handover, share: float):
+        present = self.snapshot().ee_position
+        return present + share * (np.asarray(handover) - present)
 
     def _send_row(self, row, motion: Motion) -> bool:
         with self._cmd_lock:

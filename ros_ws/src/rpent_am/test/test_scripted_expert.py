@@ -6,7 +6,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from rpent_am.backends.scripted import STATE_NAMES, ArmGeometry, ScriptedPickPlace
+from rpent_am.backends.scripted import (SIDE_CLEARANCE, STATE_NAMES, ArmGeometry,
+                                        ScriptedPickPlace)
 from rpent_am.policy import PolicyObservation
 from rpent_contract.validation import GoalRejected, Workspace, check_chunk
 from rpent_env_sim.libero_node import LIBERO_OSC_DELTA
@@ -30,9 +31,9 @@ def _descend_chunk(arm: ArmGeometry) -> np.ndarray:
     return expert.predict(observation, "pick the soup and place it in the basket", "s")
 
 
-def _robot_check(chunk: np.ndarray, lower=LOWER) -> None:
+def _robot_check(chunk: np.ndarray, lower=LOWER, hand=HAND) -> None:
     check_chunk(chunk, LIBERO_OSC_DELTA.name, [LIBERO_OSC_DELTA], max_horizon=100,
-                ee_position=HAND, workspace=Workspace(lower, UPPER))
+                ee_position=hand, workspace=Workspace(lower, UPPER))
 
 
 def test_a_chunk_towards_a_goal_near_the_floor_stays_inside_the_workspace():
@@ -51,6 +52,16 @@ def test_a_goal_nearer_the_floor_than_the_margin_stays_reachable():
     # The deltas sum down to the soup itself, not to a margin above it the hand could
     # then never get within the descent's tolerance of.
     assert _summed_z(chunk) == pytest.approx(SOUP[2])
+
+
+def test_a_goal_below_the_floor_is_aimed_just_above_it():
+    # As the Franka twin's cube: its centre under the lowest the hand may go. Were the hand
+    # aimed at the floor itself, the robot, checking the chunk from a hand it measured a hair
+    # lower than the model saw, would refuse it.
+    floor = (LOWER[0], LOWER[1], SOUP[2] + 0.004)
+    chunk = _descend_chunk(ArmGeometry(workspace_min=floor, workspace_max=UPPER))
+    assert _summed_z(chunk) == pytest.approx(floor[2] + SIDE_CLEARANCE)
+    _robot_check(chunk, lower=floor, hand=HAND - [0.0, 0.0, SIDE_CLEARANCE / 2])
 
 
 def test_without_the_workspace_the_same_chunk_would_be_refused():

@@ -47,6 +47,8 @@ class ArmSettings:
     cameras: dict  # name -> (source, width, height, (fx, fy, cx, cy), lens): cameras.camera_specs
     instruction: str  # published on task_status
     settle_timeout: float  # s: longest wait for the arm to come to rest after a motion
+    max_target_lead: float  # m a target a chunk continues from may lead the hand
+    max_target_lag: float  # s of the stream it may lead it by where that is farther
 
 
 def connect_within(connect, timeout: float, log, what: str, retry=Exception):
@@ -91,6 +93,8 @@ class ArmDriver(RobotDriver):
     * ``_begin(motion)``: the arm's present state for a new motion, or GoalRejected;
     * ``_chunk_rows(space, actions, present, handover)``: a chunk as the rows the arm is
       sent, checked by the safety layer, and where each row leaves the arm's target;
+    * ``_handover_position(handover)`` / ``_pull_handover(handover, share)``: where a
+      handover leaves the hand's target (m), and the handover moved toward the measured state;
     * ``_send_row(row, motion)``: send one row, then wait out its control period;
     * ``_move_toward(waypoint, new, position_only)``: command the next move_to waypoint;
       True once the command has reached it;
@@ -132,6 +136,7 @@ class ArmDriver(RobotDriver):
         # Where a chunk that handed over left its target (the driver's own form): the next
         # chunk continues from there rather than from the lagging measured state.
         self._handover = None
+        self._handover_pace = 0.0  # m a control period its chunk moved the target at the end
         self._t_next = 0.0  # monotonic deadline of the running motion's control period
         self._cameras: dict[str, OpenCVCamera] = {}
 
@@ -146,15 +151,22 @@ class ArmDriver(RobotDriver):
 
     # --- the motion loops ------------------------------------------------------------------
     def execute_chunk(self, space, actions, motion, stop_on_success) -> ChunkOutcome:
-        handover = self._handover  # read first: _begin clears it, so a refused chunk leaves none
+        # Read first: _begin clears them, so a refused chunk leaves none.
+        handover, pace = self._handover, self._handover_pace
         present = self._begin(motion)
+        if space.relative and handover is not None:
+            handover = self._within_lag(handover, pace)
+        start = (self.snapshot().ee_position if handover is None
+                 else self._handover_position(handover))
         rows, handovers = self._chunk_rows(space, actions, present, handover)
         self._approve(f"execute_chunk: {len(actions)} steps in {space.name}", motion)
         done, err = self._stream(rows, motion)
         if err is None:
             if done and handovers is not None:
+                last = [start] + [self._handover_position(h) for h in handovers[:done][-2:]]
                 with self._lock:
                     self._handover = handovers[done - 1]
+                    self._handover_pace = float(np.linalg.norm(np.subtract(last[-1], last[-2])))
             try:
                 self._after_stream(motion)
             except self.motion_errors as after_err:
@@ -162,6 +174,23 @@ class ArmDriver(RobotDriver):
         if err is not None:
             return ChunkOutcome(done, self.snapshot(), fault=self._failed(err, "execute_chunk"))
         return ChunkOutcome(done, self._finish(motion))
+
+    def _within_lag(self, handover, pace: float):
+        """``handover`` (which the chunk before moved ``pace`` m a period), pulled back toward
+        the measured hand to lead it by at most ``max_target_lead``, or what the stream moves
+        it in ``max_target_lag`` where that is farther. Relative rows added to a target the
+        hand has not reached (held up by contact, or a twin whose physics runs slower than the
+        clock) pile up, and a policy that sees only the hand cannot take them back. The bound
+        in time lets a fast stream run as far ahead as tracking needs while a slowing one (a
+        policy closing in on a goal) cannot leave its target beyond it; the one in metres
+        leaves an arm that holds a little off its target (sagging under a load) where it is.
+        Pulled back along the lead, the target keeps the hand moving the way it was going."""
+        hand = self.snapshot().ee_position
+        lead = float(np.linalg.norm(np.asarray(self._handover_position(handover)) - hand))
+        settings = self.settings
+        limit = max(settings.max_target_lead,
+                    settings.max_target_lag * settings.control_rate * pace)
+        return handover if lead <= limit else self._pull_handover(handover, limit / lead)
 
     def move_to(self, position, orientation, *, position_only, max_translation_step,
                 max_rotation_step, position_tolerance, orientation_tolerance, max_steps,
@@ -297,6 +326,16 @@ class ArmDriver(RobotDriver):
                     handover) -> tuple:
         """(the rows :meth:`_send_row` takes, where each leaves the arm's target or None),
         checked by the safety layer; ``handover`` is where the chunk before left it."""
+
+    @abstractmethod
+    def _handover_position(self, handover) -> np.ndarray:
+        """Where ``handover`` (an item of what ``_chunk_rows`` returns) leaves the hand's
+        target: base frame, m."""
+
+    @abstractmethod
+    def _pull_handover(self, handover, share: float):
+        """``handover`` moved toward the arm's measured state, keeping ``share`` (0-1) of the
+        way from it."""
 
     @abstractmethod
     def _send_row(self, row, motion: Motion) -> bool:

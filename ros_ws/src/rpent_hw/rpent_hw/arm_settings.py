@@ -32,6 +32,16 @@ class ArmNodeSettings(RobotSettings):
     connect_timeout: float = parameter(15.0, "Keep trying to reach the arm for this long at "
                                        "start-up (it may come up after the node)", "s",
                                        non_negative)
+    max_target_lead: float = parameter(
+        0.01, "How far the target a relative chunk (ee_delta) continues from may lead the "
+        "measured hand, or what the stream moves it in max_target_lag where that is farther. "
+        "Each chunk continues from the target the one before left, so the motion flows on "
+        "across chunks; a target farther ahead (the hand held up by contact, or a twin whose "
+        "physics runs slower than the clock) is pulled back to it, so a policy's deltas do not "
+        "pile up on a target the hand has not reached", "m", positive)
+    max_target_lag: float = parameter(
+        1.0, "See max_target_lead: the time of the stream the target may lead the hand by",
+        "s", positive)
     cameras: tuple = parameter(("",), "OpenCV camera names (camera/<name>/image_raw); [''] = "
                                "none")
     camera_sources: tuple = parameter(("",), "Capture source per camera: index, /dev path, "

@@ -352,8 +352,8 @@ class FeetechBusEmulator:
         return b""
 
 
-def _serve_in_child(conn, calibration, start_degrees) -> None:
-    with FeetechBusEmulator(calibration, start_degrees) as bus:
+def _serve_in_child(conn, calibration, start_degrees, max_speed) -> None:
+    with FeetechBusEmulator(calibration, start_degrees, max_speed) as bus:
         conn.send(bus.port)
         while True:
             request = conn.recv()
@@ -371,14 +371,15 @@ class FeetechBusProcess:
     (and is also what a real bus is: another device)."""
 
     def __init__(self, calibration: Optional[dict[str, ServoCalibration]] = None,
-                 start_degrees: Optional[dict[str, float]] = None):
+                 start_degrees: Optional[dict[str, float]] = None,
+                 max_speed: float = STS3215_MAX_SPEED):
         import multiprocessing
 
         ctx = multiprocessing.get_context("spawn")  # no fork of an rclpy process
         self._conn, child = ctx.Pipe()
         self._proc = ctx.Process(target=_serve_in_child, name="feetech-emulator", daemon=True,
                                  args=(child, calibration or so101_calibration(),
-                                       start_degrees or {}))
+                                       start_degrees or {}, max_speed))
         self._proc.start()
         if not self._conn.poll(30):
             self.stop()

@@ -41,6 +41,9 @@ REALIZED = 0.3
 # m the summed deltas of a chunk stay inside the robot's workspace: the robot checks the
 # rows it runs from where the hand is when the chunk starts, not where it was observed.
 WORKSPACE_MARGIN = 0.01
+# m a goal on or beyond a side of the box is aimed inside it: with the hand on the side
+# itself, the robot (checking from a hand measured a hair farther on) refuses every chunk.
+SIDE_CLEARANCE = 0.003
 
 # (robot namespace, instruction) -> (object position, where to place it), base frame, m
 Find = Callable[[str, str], tuple]
@@ -100,6 +103,8 @@ class ScriptedPickPlace(PolicyBackend):
         self._max_rot = min(max_rotation_step, float(np.min(upper[3:6] * self._scale_r)))
         self._box_lo = np.asarray(arm.workspace_min, dtype=float) + WORKSPACE_MARGIN
         self._box_hi = np.asarray(arm.workspace_max, dtype=float) - WORKSPACE_MARGIN
+        self._side_lo = np.asarray(arm.workspace_min, dtype=float) + SIDE_CLEARANCE
+        self._side_hi = np.asarray(arm.workspace_max, dtype=float) - SIDE_CLEARANCE
         self._sessions: dict[str, _Session] = {}
         self._lock = threading.Lock()
         self._meta = ModelMeta(
@@ -177,9 +182,10 @@ class ScriptedPickPlace(PolicyBackend):
                                       self._max_rot) / self._scale_r
         p = np.asarray(position, dtype=float).copy()
         commanded = p.copy()  # where the summed deltas go: what the robot checks
-        # A goal inside the box but nearer its side than the margin stays reachable.
-        lo = np.minimum(self._box_lo, np.maximum(goal, self._arm.workspace_min))
-        hi = np.maximum(self._box_hi, np.minimum(goal, self._arm.workspace_max))
+        # A goal inside the box but nearer its side than the margin stays reachable (to within
+        # SIDE_CLEARANCE of the side).
+        lo = np.minimum(self._box_lo, np.maximum(goal, self._side_lo))
+        hi = np.maximum(self._box_hi, np.minimum(goal, self._side_hi))
         slow = self._arm.slow_within
         for row in rows:
             step = limit_norm(goal - p, self._max_trans if slow <= 0 else self._max_trans * min(

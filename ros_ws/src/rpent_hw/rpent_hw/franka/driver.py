@@ -237,6 +237,13 @@ class FrankaDriver(ArmDriver):
                      q.copy(), g) for q, g in zip(actions[:, :7], actions[:, -1])]
         return rows, None
 
+    def _handover_position(self, handover) -> np.ndarray:
+        return handover[0]
+
+    def _pull_handover(self, handover, share: float):
+        hand = self.snapshot().ee_position
+        return hand + share * (np.asarray(handover[0]) - hand), handover[1]
+
     def _send_row(self, row: _Row, motion: Motion) -> bool:
         """A late-stream error is recovered from and the row sent again while the chunk's
         ``reflex_retries`` last; any other failure of the motion raises."""

@@ -47,7 +47,9 @@ class FrankaNode(ArmNode):
                                              settings.max_joint_step, self.base_frame)),
             safety=SafetyLayer(limits), approval=approval, home_joints=settings.home_joints,
             instruction=settings.instruction, settle_velocity=settings.settle_velocity,
-            settle_timeout=settings.settle_timeout, connect_timeout=settings.connect_timeout,
+            settle_timeout=settings.settle_timeout,
+            max_target_lead=settings.max_target_lead,
+            max_target_lag=settings.max_target_lag, connect_timeout=settings.connect_timeout,
             reflex_retries=settings.reflex_retries, gripper_speed=settings.gripper_speed,
             gripper_force=settings.gripper_force, cameras=cameras), self.get_logger())
 

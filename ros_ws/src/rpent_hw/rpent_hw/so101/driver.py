@@ -318,6 +318,16 @@ class SO101Driver(ArmDriver):
         targets = np.column_stack([np.degrees(q_path), gripper])
         return targets, targets
 
+    def _handover_position(self, handover) -> np.ndarray:
+        return self.kin.forward(np.radians(handover[:5]))[0]
+
+    def _pull_handover(self, handover, share: float):
+        with self._lock:
+            present = self._present.copy()
+        pulled = np.array(handover, dtype=float)
+        pulled[:5] = present[:5] + share * (pulled[:5] - present[:5])  # the gripper's kept
+        return pulled
+
     def _send_row(self, row: np.ndarray, motion: Motion) -> bool:
         with self._cmd_lock:
             if motion.stopped:

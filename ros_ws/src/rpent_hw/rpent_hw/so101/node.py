@@ -44,6 +44,8 @@ class SO101Node(ArmNode):
             max_joint_step=settings.max_joint_step, ik_tolerance=settings.ik_position_tolerance,
             gripper_max_width=settings.gripper_max_width,
             settle_timeout=settings.settle_timeout,
+            max_target_lead=settings.max_target_lead,
+            max_target_lag=settings.max_target_lag,
             disable_torque_on_exit=settings.disable_torque_on_exit,
             instruction=settings.instruction, connect_timeout=settings.connect_timeout,
             tcp_offset=settings.tcp_offset, cameras=cameras), self.get_logger())
