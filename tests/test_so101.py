@@ -134,19 +134,20 @@ def test_streamed_chunks_keep_the_arm_moving_across_boundaries(so101, space):
     client, bus, _node = so101
     seen = []
     # A machine loaded by other work can starve the node's bus loop of a cycle at one
-    # boundary, or this client of the feedback it sends the next chunk on (30-step chunks,
-    # each sent after 10 steps, leave it 0.67 s), and an ee_delta chunk's inverse kinematics
-    # runs before its first step (README, "Streaming"); an arm that holds at its boundaries
-    # (what this guards against) does so in every stream, so one of three streams must cross
-    # both boundaries without a stop.
-    for _attempt in range(3):
+    # boundary, or this client of the feedback it sends the next chunk on (20-step chunks,
+    # each sent after 10 steps, leave it 0.33 s), and an ee_delta chunk's inverse kinematics
+    # runs before its first step (README, "Streaming": 20 rows take 22 ms of the 33-ms period
+    # where a row takes 1.1 ms, 30 rows all of it); an arm that holds at its boundaries (what
+    # this guards against) does so in every stream, so one of five streams must cross both
+    # boundaries without a stop.
+    for _attempt in range(5):
         assert client.reset().success
         if space == "ee_delta":
             row = np.zeros(7)
             row[1] = 0.001
-            chunks = constant_delta(row, steps=30)
+            chunks = constant_delta(row, steps=20)
         else:
-            chunks = joint_ramp(_degrees(bus), [0.5, 0, 0, 0, 0, 0], steps=30)
+            chunks = joint_ramp(_degrees(bus), [0.5, 0, 0, 0, 0, 0], steps=20)
         record = stream_chunks(client, chunks, chunks=3)
         results = [result for _status, result in record.results]
         outcomes = [r.outcome for r in results]
