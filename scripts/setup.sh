@@ -105,17 +105,29 @@ VPY="$VENV/bin/python"
 # one per package, which buries real errors. Errors and pip's exit status pass through.
 # No wheel cache: torch's CUDA wheels would stay on disk a second time (about 3 GB), and a
 # CI machine once ran out of space installing them.
+# pip keeps every wheel it downloads until it has installed them all: about 5 GB more for
+# --all, on top of the 12 GB they unpack to, and another CI machine ran out of disk at that
+# peak. Where shared memory has room to spare they wait there instead.
+PIP_TMP=""
+shm_free_kb=$(df -k --output=avail /dev/shm 2>/dev/null | tail -1 | tr -d ' ' || true)
+if [ -w /dev/shm ] && [ "${shm_free_kb:-0}" -gt $((12 * 1024 * 1024)) ]; then
+  PIP_TMP=$(mktemp -d /dev/shm/rpent-setup-pip.XXXXXX)
+  trap 'rm -rf "$PIP_TMP"' EXIT
+  say "pip's downloads wait in shared memory ($PIP_TMP) until installed"
+fi
 pip_install() {
   local log rc=0
   log=$(mktemp)
-  "$VPY" -m pip install --no-cache-dir --disable-pip-version-check --progress-bar off -q "$@" 2>&1 \
+  env ${PIP_TMP:+TMPDIR="$PIP_TMP"} "$VPY" -m pip install --no-cache-dir \
+      --disable-pip-version-check --progress-bar off -q "$@" 2>&1 \
     | tee "$log" | { grep -v "^WARNING: Location '.*' is ignored" || true; } || rc=$?
   if [ "$rc" -ne 0 ] && grep -q "No space left on device" "$log"; then
     rm -f "$log"
     die "the disk holding $VENV is full ($(df -h --output=avail "$VENV" | tail -1 | tr -d ' ') left). \
 Everything (--all, what make test installs) takes about 12 GB there, most of it torch's CUDA \
-wheels from PyPI; the main job alone (make setup) needs no torch. Free some space, then run \
-the same command again: finished stages are skipped"
+wheels from PyPI, and 5 GB more while pip installs them unless /dev/shm has 12 GB free; the \
+main job alone (make setup) needs no torch. Free some space, then run the same command \
+again: finished stages are skipped"
   fi
   rm -f "$log"
   return "$rc"
@@ -170,7 +182,7 @@ start_workspace_build() {
   WS_PID=$!
 }
 stop_workspace_build() { [ -z "$WS_PID" ] || kill -TERM -- "-$WS_PID" 2>/dev/null || true; }
-trap stop_workspace_build EXIT
+trap 'stop_workspace_build; [ -z "$PIP_TMP" ] || rm -rf "$PIP_TMP"' EXIT
 finish_workspace_build() {
   [ -n "$WS_PID" ] || return 0
   local rc=0

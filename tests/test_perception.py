@@ -36,7 +36,10 @@ def robot(rclpy_context, node_factory):
     robot = node_factory("rpent_env_sim", "libero_node",
                          {"suite": SUITE, "task_id": TASK, "privileged": False},
                          name="perception_robot")
-    eyes = node_factory("rpent_perception", "perception_node", {"backend": "sim"})
+    # CI's parallel pass once delivered a camera's /tf over 2 s (the default max_age) after
+    # its image: the agent then placed the soup from the other camera alone and missed it.
+    eyes = node_factory("rpent_perception", "perception_node",
+                        {"backend": "sim", "max_age": 10.0})
     client = RobotClient()
     info = client.wait_ready(180)
     segment = client.node.create_client(Segment, "perception/segment")
