@@ -36,15 +36,28 @@ class Workspace:
         p = np.asarray(position, dtype=np.float64)
         return bool(np.all(p >= self.lower) and np.all(p <= self.upper))
 
-    def violation(self, position) -> str | None:
-        """Which bound a position breaks, as text, or None when inside."""
+    def violation(self, position, start=None) -> str | None:
+        """Which bound a position breaks, as text, or None when inside. ``start``: where the
+        path through it begins. A hand already beyond a side (an arm overshooting the floor
+        it was sent to) may come back, never go farther: otherwise every relative chunk,
+        which starts where the hand is, is refused, and a policy cannot bring it back."""
         p = np.asarray(position, dtype=np.float64)
+        lower, upper = self.lower, self.upper
+        if start is not None:
+            lower = np.minimum(lower, np.asarray(start, dtype=np.float64))
+            upper = np.maximum(upper, np.asarray(start, dtype=np.float64))
         for i, axis in enumerate("xyz"):
-            if p[i] < self.lower[i]:
-                return f"{axis}={p[i]:.3f} m is below the workspace minimum {self.lower[i]:.3f} m"
-            if p[i] > self.upper[i]:
-                return f"{axis}={p[i]:.3f} m is above the workspace maximum {self.upper[i]:.3f} m"
+            if p[i] < lower[i]:
+                return (f"{axis}={p[i]:.3f} m is below the workspace minimum "
+                        f"{self.lower[i]:.3f} m" + _beyond(lower[i], self.lower[i]))
+            if p[i] > upper[i]:
+                return (f"{axis}={p[i]:.3f} m is above the workspace maximum "
+                        f"{self.upper[i]:.3f} m" + _beyond(upper[i], self.upper[i]))
         return None
+
+
+def _beyond(start: float, bound: float) -> str:
+    return "" if start == bound else f" and farther out than the path's start ({start:.3f} m)"
 
 
 def check_finite(values: np.ndarray, what: str) -> None:
@@ -67,8 +80,9 @@ def check_chunk(
     """Validate a (horizon, dim) chunk; return its control space.
 
     For relative Cartesian spaces with a known ``step_scale`` the chunk is integrated
-    open-loop from ``ee_position``: a chunk whose commanded path leaves the workspace is
-    refused before the first step rather than stopped halfway. For absolute spaces with
+    open-loop from ``ee_position``: a chunk whose commanded path leaves the workspace (or,
+    from a hand already outside, goes farther out) is refused before the first step rather
+    than stopped halfway. For absolute spaces with
     ``max_step_change``, ``current`` (the state in the space's columns) anchors step 0.
     """
     try:
@@ -114,7 +128,7 @@ def check_chunk(
     path = commanded_path(space, actions, ee_position)
     if path is not None and workspace is not None:
         for step, p in enumerate(path):
-            why = workspace.violation(p)
+            why = workspace.violation(p, start=ee_position)
             if why:
                 raise GoalRejected(f"chunk would leave the workspace at step {step}: {why}")
     return space

@@ -153,6 +153,26 @@ def test_relative_chunk_that_leaves_and_returns_is_still_rejected():
                     ee_position=[0.5, 0.32, 0.3], workspace=WS)
 
 
+def test_a_hand_beyond_the_floor_may_come_back_but_not_go_farther():
+    # An arm that overshot the floor: refusing every chunk from there would leave a policy
+    # no way back.
+    below = [0.5, 0.0, WS.lower[2] - 0.02]
+    up = np.zeros((3, 7))
+    up[:, 2] = 0.2  # z: 0.01 below the floor, then back inside
+    assert check_chunk(up, "ee_delta", SPACES, max_horizon=10, ee_position=below,
+                       workspace=WS) is DELTA
+    sideways = np.zeros((3, 7))
+    sideways[:, 0] = 1.0  # no deeper, and moving along the floor
+    assert check_chunk(sideways, "ee_delta", SPACES, max_horizon=10, ee_position=below,
+                       workspace=WS) is DELTA
+    down = np.zeros((2, 7))
+    down[:, 2] = [0.2, -0.6]  # back up 1 cm, then 2 cm deeper than it started
+    with pytest.raises(GoalRejected, match=r"step 1: z=\S+ m is below the workspace minimum "
+                                           r"\S+ m and farther out than the path's start"):
+        check_chunk(down, "ee_delta", SPACES, max_horizon=10, ee_position=below,
+                    workspace=WS)
+
+
 def test_relative_chunk_inside_workspace_accepted():
     actions = np.zeros((5, 7))
     actions[:, 2] = 1.0

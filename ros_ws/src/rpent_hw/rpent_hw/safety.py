@@ -109,7 +109,7 @@ class SafetyLayer:
         start_p, start_q = np.asarray(position, float), normalize_quaternion(orientation)
         prev_p, prev_q = start_p, start_q
         for step, (p, q) in enumerate(zip(positions, quats)):
-            why = lim.workspace.violation(p)
+            why = lim.workspace.violation(p, start=start_p)
             if why:
                 raise SafetyRejected(f"step {step} leaves the workspace: {why}")
             self._check_limit(np.linalg.norm(p - prev_p), lim.max_translation_step,

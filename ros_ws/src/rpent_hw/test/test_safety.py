@@ -40,6 +40,15 @@ def test_each_limit_is_named_when_hit(row, steps, limit):
         layer().integrate_deltas(START, DOWN, np.tile(row, (steps, 1)))
 
 
+def test_from_beyond_the_floor_a_path_may_come_back_but_not_go_deeper():
+    below = np.array([0.5, 0.0, 0.09])  # 1 cm under the workspace's floor
+    layer().integrate_deltas(below, DOWN, np.tile([0.01, 0, 0.005, 0, 0, 0], (4, 1)))
+    with pytest.raises(SafetyRejected, match="step 1 leaves the workspace: z=0.080 m is below "
+                                             "the workspace minimum 0.100 m and farther out"):
+        layer().integrate_deltas(below, DOWN, np.array([[0, 0, 0.005, 0, 0, 0],
+                                                        [0, 0, -0.015, 0, 0, 0]]))
+
+
 def test_path_at_exactly_the_limits_passes():
     layer().integrate_deltas(START, DOWN, np.tile([0.02, 0, 0, 0, 0, 0], (15, 1)))
 
